@@ -1,0 +1,1 @@
+"""Shared machinery: settings, errors and the data shapes every node exchanges."""

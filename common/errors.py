@@ -1,0 +1,60 @@
+"""One error hierarchy; each class carries its HTTP status and a stable code."""
+
+from __future__ import annotations
+
+
+class PackError(Exception):
+    """Base of every error the pack raises on purpose."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errors = errors or [message]
+
+
+class BadRequestError(PackError):
+    status = 400
+    code = "bad_request"
+
+
+class UnauthorizedError(PackError):
+    status = 401
+    code = "unauthorized"
+
+
+class NotFoundError(PackError):
+    status = 404
+    code = "not_found"
+
+
+class ConflictError(PackError):
+    status = 409
+    code = "version_conflict"
+
+
+class PayloadTooLargeError(PackError):
+    status = 413
+    code = "payload_too_large"
+
+
+class ValidationError(PackError):
+    status = 422
+    code = "validation_error"
+
+
+class ProviderError(PackError):
+    status = 502
+    code = "provider_error"
+
+
+class StoreUnavailableError(PackError):
+    status = 503
+    code = "store_unavailable"
+
+
+class ProviderTimeoutError(PackError):
+    status = 504
+    code = "provider_timeout"

