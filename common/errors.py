@@ -30,6 +30,10 @@ class NotFoundError(PackError):
     code = "not_found"
 
 
+class UnknownNodeError(NotFoundError):
+    code = "unknown_node"
+
+
 class ConflictError(PackError):
     status = 409
     code = "version_conflict"
@@ -38,6 +42,11 @@ class ConflictError(PackError):
 class PayloadTooLargeError(PackError):
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaError(PackError):
+    status = 415
+    code = "unsupported_media_type"
 
 
 class ValidationError(PackError):

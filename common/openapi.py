@@ -1,0 +1,249 @@
+"""Generate the OpenAPI 3.0 document, per-node JSON Schemas and manifest.yaml from the models.
+
+`python -m common.openapi` rewrites schemas/ and manifest.yaml; `--check` fails when they are stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from nodes.spec import NodeSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_DIR = ROOT / "schemas"
+MANIFEST = ROOT / "manifest.yaml"
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+PACK = {
+    "name": "agent_context_nodes",
+    "version": "0.1.0",
+    "author": "agent-context-nodes",
+    "label": {"en_US": "Agent Context Nodes", "zh_Hans": "Agent 上下文节点"},
+    "description": {
+        "en_US": "Workflow nodes that keep LLM agents from forgetting: context editing, structured compaction, "
+                 "memory write/retrieve and budgeted context assembly over one Milvus store.",
+        "zh_Hans": "让 LLM Agent 在长对话中不失忆的工作流节点：上下文编辑、结构化压缩、记忆读写与按预算组装上下文，"
+                   "共用一个 Milvus 存储。",
+    },
+}
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["ok", "status", "code", "error", "errors", "request_id"],
+    "properties": {
+        "ok": {"type": "boolean", "enum": [False]},
+        "status": {"type": "integer"},
+        "code": {"type": "string", "description": "Stable machine-readable code, e.g. validation_error."},
+        "error": {"type": "string"},
+        "errors": {"type": "array", "items": {"type": "string"}},
+        "request_id": {"type": "string"},
+    },
+}
+
+
+def admin_models() -> dict[str, type[BaseModel]]:
+    """Return the models of the non-node routes (imported lazily to keep this module light)."""
+    from nodes.memory_admin import (
+        DeleteResponse,
+        MemoryGetResponse,
+        MemoryListRequest,
+        MemoryListResponse,
+        NamespaceDeleteRequest,
+    )
+
+    return {"MemoryListRequest": MemoryListRequest, "MemoryListResponse": MemoryListResponse,
+            "MemoryGetResponse": MemoryGetResponse, "NamespaceDeleteRequest": NamespaceDeleteRequest,
+            "DeleteResponse": DeleteResponse}
+
+
+def build_openapi(nodes: dict[str, NodeSpec], server_url: str = DEFAULT_SERVER) -> dict[str, Any]:
+    """Return the OpenAPI 3.0.3 document of every route."""
+    admin = admin_models()
+    pairs: list[tuple[type[BaseModel], Any]] = []
+    for spec in nodes.values():
+        pairs += [(spec.request_model, "validation"), (spec.response_model, "serialization")]
+    pairs += [(admin[name], "validation" if name.endswith("Request") else "serialization") for name in admin]
+    _, definitions = models_json_schema(pairs, ref_template="#/components/schemas/{model}")
+    components = {name: to_openapi30(schema) for name, schema in definitions.get("$defs", {}).items()}
+    components["Error"] = ERROR_SCHEMA
+    paths: dict[str, Any] = {f"/v1/nodes/{spec.name}": {"post": node_operation(spec)} for spec in nodes.values()}
+    paths.update(admin_paths(components))
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": PACK["label"]["en_US"], "version": PACK["version"],
+                 "description": PACK["description"]["en_US"]},
+        "servers": [{"url": server_url}],
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+def node_operation(spec: NodeSpec) -> dict[str, Any]:
+    """Return the POST operation of one node."""
+    return {
+        "operationId": spec.name,
+        "summary": spec.summary,
+        "description": spec.description.llm_en,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{spec.request_model.__name__}"}}}},
+        "responses": _responses(spec.response_model.__name__),
+    }
+
+
+def _responses(model_name: str) -> dict[str, Any]:
+    return {
+        "200": {"description": "Success", "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{model_name}"}}}},
+        "default": {"description": "Error", "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/Error"}}}},
+    }
+
+
+def admin_paths(components: dict[str, Any]) -> dict[str, Any]:
+    """Return the memory administration paths (query parameters from their request models)."""
+    list_params = query_parameters(components["MemoryListRequest"])
+    delete_params = query_parameters(components["NamespaceDeleteRequest"])
+    memory_id = [{"name": "memory_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    return {
+        "/v1/memories": {
+            "get": {"operationId": "memory_list", "summary": "List a namespace's memories with paging",
+                    "parameters": list_params, "responses": _responses("MemoryListResponse")},
+            "delete": {"operationId": "memory_delete_namespace", "summary": "Delete a namespace's memories",
+                       "parameters": delete_params, "responses": _responses("DeleteResponse")},
+        },
+        "/v1/memories/{memory_id}": {
+            "get": {"operationId": "memory_get", "summary": "Get one memory with its history",
+                    "parameters": memory_id, "responses": _responses("MemoryGetResponse")},
+            "delete": {"operationId": "memory_delete", "summary": "Delete one memory",
+                       "parameters": memory_id, "responses": _responses("DeleteResponse")},
+        },
+    }
+
+
+def query_parameters(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return OpenAPI query parameters for the properties of an object schema."""
+    required = set(schema.get("required", []))
+    params = []
+    for name, prop in schema.get("properties", {}).items():
+        prop = {k: v for k, v in prop.items() if k != "title"}
+        if prop.get("type") == "array":
+            prop = {"type": "string", "description": "Comma-separated list.", "nullable": True}
+        params.append({"name": name, "in": "query", "required": name in required, "schema": prop})
+    return params
+
+
+def to_openapi30(schema: Any) -> Any:
+    """Return a JSON Schema (2020-12, as pydantic writes it) rewritten in OpenAPI 3.0's dialect."""
+    if isinstance(schema, list):
+        return [to_openapi30(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {k: to_openapi30(v) for k, v in schema.items() if k not in ("title", "examples")}
+    if "const" in schema:
+        schema["enum"] = [schema.pop("const")]
+    any_of = schema.get("anyOf")
+    if isinstance(any_of, list) and any(part == {"type": "null"} for part in any_of):
+        rest = [part for part in any_of if part != {"type": "null"}]
+        schema.pop("anyOf")
+        if len(rest) == 1:
+            inner = rest[0]
+            if "$ref" in inner:
+                schema["allOf"] = [inner]
+            else:
+                schema.update(inner)
+        else:
+            schema["anyOf"] = rest
+        schema["nullable"] = True
+    if schema.get("additionalProperties") is True:
+        schema.pop("additionalProperties")
+    return schema
+
+
+def node_schemas(nodes: dict[str, NodeSpec]) -> dict[str, dict[str, Any]]:
+    """Return file name -> standalone JSON Schema for each node's request and response."""
+    files = {}
+    for spec in nodes.values():
+        files[f"{spec.name}.request.json"] = spec.request_model.model_json_schema(mode="validation")
+        files[f"{spec.name}.response.json"] = spec.response_model.model_json_schema(mode="serialization")
+    return files
+
+
+def build_manifest(nodes: dict[str, NodeSpec]) -> dict[str, Any]:
+    """Return the pack manifest: identity plus every node with its route, schemas and descriptions."""
+    manifest = copy.deepcopy(PACK)
+    manifest["openapi"] = "schemas/openapi.json"
+    manifest["nodes"] = [
+        {
+            "name": spec.name,
+            "route": f"POST /v1/nodes/{spec.name}",
+            "summary": spec.summary,
+            "stateful": spec.stateful,
+            "request_schema": f"schemas/{spec.name}.request.json",
+            "response_schema": f"schemas/{spec.name}.response.json",
+            "description": {
+                "human": {"en_US": spec.description.human_en, "zh_Hans": spec.description.human_zh},
+                "llm": {"en_US": spec.description.llm_en, "zh_Hans": spec.description.llm_zh},
+            },
+        }
+        for spec in nodes.values()
+    ]
+    return manifest
+
+
+def generated_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
+    """Return every generated file's path and exact text."""
+    files = {SCHEMA_DIR / name: _dump_json(schema) for name, schema in node_schemas(nodes).items()}
+    files[SCHEMA_DIR / "openapi.json"] = _dump_json(build_openapi(nodes))
+    header = "# Generated by `python -m common.openapi` from the node models: do not edit by hand.\n"
+    files[MANIFEST] = header + yaml.safe_dump(build_manifest(nodes), allow_unicode=True, sort_keys=False, width=110)
+    return files
+
+
+def stale_files(nodes: dict[str, NodeSpec]) -> list[str]:
+    """Return the generated files that differ from what the models produce (or are extra)."""
+    expected = generated_files(nodes)
+    stale = [str(p.relative_to(ROOT)) for p, text in expected.items()
+             if not p.exists() or p.read_text(encoding="utf-8") != text]
+    extra = [str(p.relative_to(ROOT)) for p in SCHEMA_DIR.glob("*.json") if p not in expected]
+    return stale + extra
+
+
+def _dump_json(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=2, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the generated files, or with --check report stale ones and exit 1."""
+    from nodes import all_nodes
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if generated files are stale")
+    args = parser.parse_args(argv)
+    nodes = all_nodes()
+    if args.check:
+        stale = stale_files(nodes)
+        for name in stale:
+            print(f"stale: {name}", file=sys.stderr)
+        return 1 if stale else 0
+    SCHEMA_DIR.mkdir(exist_ok=True)
+    for path in SCHEMA_DIR.glob("*.json"):
+        path.unlink()
+    for path, text in generated_files(nodes).items():
+        path.write_text(text, encoding="utf-8")
+    print(f"wrote {len(generated_files(nodes))} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The long-lived parts of a running pack: store, repositories, tokenizer, providers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.deps import Deps
+from common.settings import Settings
+from providers.embedders import load_embedder
+from storage.memories import MemoryRepository
+from storage.milvus import MilvusStore
+from text.tokens import Tokenizer, load_tokenizer
+
+log = logging.getLogger("acn.runtime")
+
+
+@dataclass
+class Runtime:
+    """Everything create_app builds once; nodes get a per-request Deps view of it."""
+
+    settings: Settings
+    tokenizer: Tokenizer
+    store: MilvusStore
+    memories: MemoryRepository
+    extra: dict[str, Any] = field(default_factory=dict)
+    _closed: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def open(cls, settings: Settings) -> Runtime:
+        """Open the store, prepare collections and load the tokenizer and providers."""
+        tokenizer = load_tokenizer(settings.tokenizer)
+        store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
+                            flush_every=settings.flush_every_writes,
+                            flush_interval=settings.flush_interval_seconds).open()
+        try:
+            memories = MemoryRepository(store, prefix=settings.collection_prefix,
+                                        embedder=load_embedder(settings.embedder))
+            memories.open()
+        except Exception:
+            store.close()
+            raise
+        runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories)
+        log.info("store ready", extra={"store": store.info()})
+        return runtime
+
+    def deps(self, tenant: str) -> Deps:
+        """Return the dependencies a node call gets, for one tenant."""
+        providers: dict[str, Any] = {"memories": self.memories, **self.extra}
+        return Deps(settings=self.settings, tokenizer=self.tokenizer, store=self.store, tenant=tenant,
+                    providers=providers)
+
+    def close(self) -> None:
+        """Flush and close the store once; safe to call from a signal handler and atexit."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self.store.close()

@@ -1,0 +1,158 @@
+"""MemoryRetrieve: hybrid ranking, scoped filters, limited injection with source tags."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field
+
+from common.deps import Deps
+from common.models import Language, Memory, MemoryKind, Namespace, NodeResponse, Scope, parse_json_string
+from nodes.memory_write import repository
+from nodes.spec import Description, NodeSpec
+from storage.base import Filter
+from storage.memories import Scored, kinds_filter, live_filter, scope_filter
+from text.lang import detect_language
+from text.tokens import Tokenizer
+from text.triggers import needs_memory
+
+# Relevance dominates; importance × recency breaks ties between similarly relevant memories.
+RELEVANCE_WEIGHT = 0.7
+SALIENCE_WEIGHT = 0.3
+CANDIDATE_FACTOR = 8
+KIND_LABELS_ZH = {
+    "identity": "身份", "preference": "偏好", "constraint": "约束", "decision": "决策", "fact": "事实",
+    "todo": "待办", "artifact": "产出", "knowledge": "知识", "summary": "摘要", "turn": "原话",
+}
+
+
+class MemoryRetrieveRequest(Namespace):
+    """Find the memories that matter for a query."""
+
+    query: str = Field(default="", max_length=8000, description="The user input or question to retrieve for.")
+    kinds: Annotated[list[MemoryKind] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Only these kinds (archived turns are excluded unless named).")
+    scopes: Annotated[list[Scope] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Only these scopes; default session + user + agent + shared.")
+    top_k: int = Field(default=3, ge=1, le=50, description="At most this many memories (seed: 3).")
+    max_item_tokens: int = Field(default=200, ge=8, le=4000, description="Each memory cut to this many tokens.")
+    min_score: float = Field(default=0.0, ge=0, le=1, description="Drop memories scoring below this (0–1).")
+    trigger: Literal["always", "auto"] = Field(
+        default="always", description="auto: retrieve only when the query refers back or asks about the user/rules.")
+    key: str | None = Field(default=None, max_length=128, pattern=r"^[^\"'\\`\x00-\x1f]+$",
+                            description="Exact key lookup instead of search.")
+    include_superseded: bool = Field(default=False, description="Also return superseded versions.")
+    half_life_hours: float | None = Field(default=None, gt=0, le=1e6, description="Recency half-life; default from settings.")
+    language: Language | None = Field(default=None, description="Language of the tags; default: the query's.")
+
+
+class RetrievedMemory(Memory):
+    score: float = Field(description="Final score in [0, 1].")
+    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency.")
+
+
+class MemoryRetrieveResponse(NodeResponse):
+    memories: list[RetrievedMemory]
+    text: str = Field(description="Rendered block, one memory per line, each tagged with its source.")
+    triggered: bool
+    tokens: int
+
+
+def run(request: MemoryRetrieveRequest, deps: Deps) -> MemoryRetrieveResponse:
+    """Retrieve, rank, cut and render memories for a query."""
+    triggered = request.trigger == "always" or bool(request.key) or needs_memory(request.query)
+    if not triggered:
+        return MemoryRetrieveResponse(memories=[], text="", triggered=False, tokens=0)
+    ranked = rank(request, deps)
+    language = request.language or detect_language(request.query or "")
+    chosen = [cut(m, request.max_item_tokens, deps.tokenizer) for m in ranked[: request.top_k]]
+    text = render_memories(chosen, language)
+    return MemoryRetrieveResponse(memories=chosen, text=text, triggered=True, tokens=deps.tokenizer.count(text))
+
+
+def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
+    """Return scored memories, best first, above min_score."""
+    memories = repository(deps)
+    where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
+             .and_(kinds_filter(request.kinds, exclude_turns=True)))
+    if request.key:
+        found = memories.list(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100)
+        candidates = [Scored(m, bm25=1.0) for m in found]
+    else:
+        candidates = memories.search(deps.tenant, request.query, where, limit=request.top_k * CANDIDATE_FACTOR)
+    half_life = request.half_life_hours or deps.settings.recency_half_life_hours
+    scored = score_all(candidates, half_life, time.time() * 1000)
+    kept = [m for m in scored if m.score >= request.min_score]
+    return sorted(kept, key=lambda m: (m.score, m.updated_at), reverse=True)
+
+
+def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float) -> list[RetrievedMemory]:
+    """Combine normalised BM25 (and dense) relevance with importance × recency decay."""
+    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+    has_dense = any(c.dense for c in candidates)
+    results = []
+    for c in candidates:
+        bm25 = c.bm25 / top_bm25
+        relevance = 0.5 * bm25 + 0.5 * max(c.dense, 0.0) if has_dense else bm25
+        age_hours = max(0.0, now_ms - c.memory.updated_at) / 3_600_000
+        recency = 0.5 ** (age_hours / half_life_hours)
+        importance = c.memory.importance / 10
+        score = RELEVANCE_WEIGHT * relevance + SALIENCE_WEIGHT * importance * recency
+        parts = {"relevance": round(relevance, 4), "bm25": round(bm25, 4), "dense": round(c.dense, 4),
+                 "importance": round(importance, 4), "recency": round(recency, 4)}
+        results.append(RetrievedMemory(**c.memory.model_dump(), score=round(score, 4), score_parts=parts))
+    return results
+
+
+def cut(memory: RetrievedMemory, max_tokens: int, tokenizer: Tokenizer) -> RetrievedMemory:
+    """Return the memory with its content cut to max_tokens."""
+    content = tokenizer.truncate(memory.content, max_tokens)
+    return memory if content == memory.content else memory.model_copy(update={"content": content})
+
+
+def source_tag(memory: Memory, language: str) -> str:
+    """Return the tag that tells the model a line comes from memory, with its kind and turns."""
+    if language == "zh":
+        parts = ["来自记忆", KIND_LABELS_ZH.get(memory.kind, memory.kind)]
+        if memory.turn_range:
+            parts.append(turns_label(memory.turn_range, "zh"))
+    else:
+        parts = ["from memory", memory.kind]
+        if memory.turn_range:
+            parts.append(turns_label(memory.turn_range, "en"))
+    if memory.valid_to:
+        parts.append("已被取代" if language == "zh" else "superseded")
+    return "[" + " · ".join(parts) + "]"
+
+
+def turns_label(turn_range: list[int], language: str) -> str:
+    """Return 第3-8轮 / turns 3-8 (a single turn as 第3轮 / turn 3)."""
+    first, last = turn_range[0], turn_range[-1]
+    span = str(first) if first == last else f"{first}-{last}"
+    if language == "zh":
+        return f"第{span}轮"
+    return f"turn {span}" if first == last else f"turns {span}"
+
+
+def render_memories(memories: list[RetrievedMemory] | list[Memory], language: str) -> str:
+    """Return one tagged line per memory."""
+    return "\n".join(f"{source_tag(m, language)} {m.content}" for m in memories)
+
+
+NODE = NodeSpec(
+    name="memory_retrieve",
+    request_model=MemoryRetrieveRequest,
+    response_model=MemoryRetrieveResponse,
+    run=run,
+    summary="Retrieve the memories relevant to a query, ranked and tagged with their source",
+    description=Description(
+        human_en="Hybrid retrieval (BM25 with jieba, dense when configured) weighted by importance and "
+                 "recency; returns at most top_k short items and a text block where each line names its source.",
+        human_zh="混合检索（jieba 分词的 BM25，配置向量模型时加稠密检索），按重要性和时效加权；最多返回 top_k 条，"
+                 "并给出每行带来源标记的文本块。",
+        llm_en="Look up what the user said or decided earlier (identity, preferences, constraints, order numbers, "
+               "parameters). Use the returned text as background, not as the user's current words.",
+        llm_zh="查找用户之前说过或确认过的信息（身份、偏好、约束、订单号、参数）。返回的文本是背景信息，不是用户当前的话。",
+    ),
+)

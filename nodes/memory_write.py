@@ -1,0 +1,229 @@
+"""MemoryWrite: event-based writes with dedup, supersede by key, and versions."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from common.deps import Deps
+from common.errors import ValidationError
+from common.models import Memory, MemoryKind, MessageList, Namespace, NodeResponse, Scope, StrictModel, parse_json_string
+from nodes.spec import Description, NodeSpec
+from storage.memories import MemoryRepository, kinds_filter, live_filter, new_memory_id, scope_filter
+from text.events import extract_events
+from text.numbers import extract_key_numbers
+from text.pii import redact_pii
+from text.similarity import normalise, similarity
+
+# Rule-based importance, never model-judged (seed 004 §4.2): identity 8, rules/knowledge 7, preferences 6 …
+DEFAULT_IMPORTANCE: dict[str, float] = {
+    "identity": 8, "knowledge": 7, "constraint": 7, "decision": 7, "preference": 6,
+    "fact": 5, "todo": 5, "artifact": 5, "summary": 4, "turn": 3,
+}
+SUPERSEDING_KINDS = ("decision", "constraint", "preference")
+MAX_CONTENT_CHARS = 8000
+DEDUPE_CANDIDATES = 5
+
+
+class MemoryItem(StrictModel):
+    """One memory to write."""
+
+    kind: MemoryKind = Field(default="fact", description="What the memory is; decides default importance.")
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="The memory text.")
+    key: str | None = Field(
+        default=None, max_length=128, pattern=r"^[^\"'\\`\x00-\x1f]+$",
+        description="Topic key: a new decision/constraint/preference with the same key supersedes the old one.",
+    )
+    importance: float | None = Field(default=None, ge=0, le=10, description="0–10; default by kind.")
+    scope: Scope = Field(default="session", description="session | user | agent | shared.")
+    meta: dict[str, Any] = Field(default_factory=dict, description="Caller provenance, stored untouched.")
+    turn: int | None = Field(default=None, ge=0, description="Turn the memory comes from.")
+    turn_range: list[int] | None = Field(default=None, min_length=2, max_length=2, description="[from, to].")
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("content is empty")
+        return value.strip()
+
+
+class MemoryWriteRequest(Namespace):
+    """Write memories explicitly (items) and/or extract them from messages."""
+
+    items: Annotated[list[MemoryItem], BeforeValidator(parse_json_string)] = Field(
+        default_factory=list, max_length=500, description="Memories to write (a JSON string of the list works too)."
+    )
+    messages: MessageList = Field(default_factory=list, max_length=500)
+    extract: bool = Field(default=False, description="Extract events (identity, preferences, constraints, …) from messages.")
+    dedupe_threshold: float = Field(default=0.9, ge=0.5, le=1.0, description="Similarity at or above which a write updates.")
+    redact_pii: bool = Field(default=False, description="Mask phone, ID-card, bank-card numbers and e-mails before storing.")
+
+
+class WriteResult(StrictModel):
+    id: str
+    action: Literal["added", "updated", "duplicate", "superseded"]
+    version: int
+    kind: MemoryKind
+    content: str
+    superseded_ids: list[str] = Field(default_factory=list)
+
+
+class MemoryWriteResponse(NodeResponse):
+    results: list[WriteResult]
+    extracted: int = Field(default=0, description="How many items came from extraction.")
+
+
+def run(request: MemoryWriteRequest, deps: Deps) -> MemoryWriteResponse:
+    """Write every item (explicit, then extracted), deduplicating and superseding by key."""
+    memories = repository(deps)
+    extracted = extracted_items(request) if request.extract else []
+    if not request.items and not (request.extract and request.messages):
+        raise ValidationError("nothing to write: give items, or messages with extract: true")
+    results = []
+    # Dedup and supersede read before they write: one namespace's writes must not interleave.
+    with memories.namespace_lock(deps.tenant, request):
+        for item in [*request.items, *extracted]:
+            if request.redact_pii:
+                item = item.model_copy(update={"content": redact_pii(item.content)[0]})
+            results.append(write_item(memories, deps.tenant, request, item, request.dedupe_threshold))
+    return MemoryWriteResponse(results=results, extracted=len(extracted))
+
+
+def repository(deps: Deps) -> MemoryRepository:
+    """Return the memory repository of these deps."""
+    repo = deps.providers.get("memories")
+    if not isinstance(repo, MemoryRepository):
+        raise ValidationError("no memory store is configured")
+    return repo
+
+
+def extracted_items(request: MemoryWriteRequest) -> list[MemoryItem]:
+    """Return the memory items that rule-based event extraction finds in the messages."""
+    items = []
+    for message in request.messages:
+        if message.role not in ("user", "assistant"):
+            continue
+        for event in extract_events(message.content, role=message.role):
+            items.append(MemoryItem(kind=event.kind, content=event.content[:MAX_CONTENT_CHARS], key=event.key,
+                                    meta=message.meta, turn=message.turn))
+    return items
+
+
+def write_item(memories: MemoryRepository, tenant: str, namespace: Namespace, item: MemoryItem,
+               threshold: float) -> WriteResult:
+    """Write one item: duplicate, update in place, supersede by key, or add."""
+    if item.scope == "user" and not namespace.user_id:
+        raise ValidationError("scope 'user' needs a user_id")
+    now = memories.now_ms(tenant, namespace)
+    own = (scope_filter(namespace, [item.scope]).and_(live_filter(False))
+           .and_(kinds_filter([item.kind], exclude_turns=False)))
+    if item.key and item.kind in SUPERSEDING_KINDS:
+        same_key = [m for m in memories.list(tenant, own, limit=100) if m.key == item.key]
+        if same_key:
+            return supersede(memories, tenant, namespace, item, same_key, now)
+    candidates = memories.search(tenant, item.content, own, limit=DEDUPE_CANDIDATES)
+    scored = [(similarity(c.memory.content, item.content), c.memory) for c in candidates]
+    if scored:
+        score, best = max(scored, key=lambda pair: pair[0])
+        if normalise(best.content) == normalise(item.content):
+            return result(best, "duplicate")
+        if score >= threshold and not numbers_conflict(best.content, item.content):
+            return update_in_place(memories, tenant, best, item, now)
+    memory = new_memory(namespace, item, now)
+    memories.save(tenant, [memory])
+    return result(memory, "added")
+
+
+def numbers_conflict(old: str, new: str) -> bool:
+    """Return True when the new text drops a number of the old one: a different fact, not an update.
+
+    "订单 A0001" and "订单 A0002" are textually near-identical but are two orders; an update may add
+    detail ("张江路100号" → "张江路100号3楼") but never silently replace a value.
+    """
+    old_values = {n.value for n in extract_key_numbers(old)}
+    new_values = {n.value for n in extract_key_numbers(new)}
+    return not old_values <= new_values
+
+
+def supersede(memories: MemoryRepository, tenant: str, namespace: Namespace, item: MemoryItem,
+              old: list[Memory], now: int) -> WriteResult:
+    """Add the new memory and close the old ones (valid_to, superseded_by); history stays queryable."""
+    if any(normalise(m.content) == normalise(item.content) for m in old):
+        return result(next(m for m in old if normalise(m.content) == normalise(item.content)), "duplicate")
+    memory = new_memory(namespace, item, now)
+    memory.version = max(m.version for m in old) + 1
+    memory.history = [history_entry(m) for m in sorted(old, key=lambda m: m.updated_at)]
+    closed = [m.model_copy(update={"valid_to": now, "superseded_by": memory.id, "updated_at": now}) for m in old]
+    memories.save(tenant, [memory, *closed])
+    return result(memory, "superseded", superseded_ids=[m.id for m in old])
+
+
+def update_in_place(memories: MemoryRepository, tenant: str, old: Memory, item: MemoryItem, now: int) -> WriteResult:
+    """Replace a near-duplicate's text, bump its version and keep the old text in its history."""
+    updated = old.model_copy(update={
+        "content": item.content, "version": old.version + 1, "updated_at": now,
+        "importance": max(old.importance, importance_of(item)),
+        "history": [*(old.history or []), history_entry(old)],
+        "meta": {**old.meta, **item.meta}, "turn_range": merged_range(old.turn_range, item_range(item)),
+    })
+    memories.save(tenant, [updated])
+    return result(updated, "updated")
+
+
+def new_memory(namespace: Namespace, item: MemoryItem, now: int) -> Memory:
+    """Return a fresh memory for an item."""
+    return Memory(
+        id=new_memory_id(), kind=item.kind, content=item.content, key=item.key, importance=importance_of(item),
+        scope=item.scope, agent_id=namespace.agent_id, session_id=namespace.session_id,
+        user_id=namespace.user_id, created_at=now, updated_at=now, version=1, turn_range=item_range(item),
+        meta=item.meta,
+    )
+
+
+def importance_of(item: MemoryItem) -> float:
+    """Return the item's importance, defaulting by kind."""
+    return item.importance if item.importance is not None else DEFAULT_IMPORTANCE[item.kind]
+
+
+def item_range(item: MemoryItem) -> list[int] | None:
+    """Return the item's turn range, from turn_range or turn."""
+    if item.turn_range:
+        return sorted(item.turn_range)
+    return [item.turn, item.turn] if item.turn is not None else None
+
+
+def merged_range(a: list[int] | None, b: list[int] | None) -> list[int] | None:
+    """Return the span of two turn ranges."""
+    if not a or not b:
+        return a or b
+    return [min(a[0], b[0]), max(a[1], b[1])]
+
+
+def history_entry(memory: Memory) -> dict[str, Any]:
+    """Return what history keeps of an earlier version."""
+    return {"version": memory.version, "content": memory.content, "updated_at": memory.updated_at,
+            "id": memory.id}
+
+
+def result(memory: Memory, action: str, superseded_ids: list[str] | None = None) -> WriteResult:
+    return WriteResult(id=memory.id, action=action, version=memory.version, kind=memory.kind,
+                       content=memory.content, superseded_ids=superseded_ids or [])
+
+
+NODE = NodeSpec(
+    name="memory_write",
+    request_model=MemoryWriteRequest,
+    response_model=MemoryWriteResponse,
+    run=run,
+    summary="Write memories (explicit or extracted) with dedup, supersede and versions",
+    description=Description(
+        human_en="Store facts, preferences, constraints and decisions outside the context window. "
+                 "Duplicates update in place; a new value with the same key supersedes the old one.",
+        human_zh="把事实、偏好、约束和决策存到上下文窗口之外。相似内容原地更新并升版本；同一 key 的新值会取代旧值。",
+        llm_en="Save durable information about the user or task (identity, preferences, constraints, decisions, "
+               "key numbers) so it can be retrieved in later turns. Pass items, or messages with extract=true.",
+        llm_zh="保存用户或任务的持久信息（身份、偏好、约束、决策、关键数字），供后续轮次检索。传 items，或传 messages 并设 extract=true。",
+    ),
+)

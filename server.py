@@ -1,0 +1,269 @@
+"""The plugin server: create_app(settings) builds a Flask app over the node registry.
+
+Run `python server.py [--host H] [--port P]`; nothing happens at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pydantic
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from common.auth import authenticate, parse_api_keys
+from common.errors import BadRequestError, PackError, UnknownNodeError, UnsupportedMediaError, ValidationError
+from common.logs import configure_logging
+from common.openapi import build_manifest, build_openapi
+from common.runtime import Runtime
+from common.settings import Settings
+from nodes import all_nodes
+from nodes.memory_admin import (
+    MemoryListRequest,
+    NamespaceDeleteRequest,
+    delete_memory,
+    delete_namespace,
+    get_memory,
+    list_memories,
+)
+from nodes.spec import NodeSpec
+
+log = logging.getLogger("acn.server")
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+# Python's json module recurses per nesting level; refuse absurd depth before it can blow the stack.
+MAX_JSON_DEPTH = 64
+PACK_VERSION = "0.1.0"
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    """Build the app: read settings, open the store, register routes and error handlers."""
+    settings = settings or Settings.from_env()
+    configure_logging(settings.log_level)
+    keys = parse_api_keys(settings.api_keys)
+    runtime = Runtime.open(settings)
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    app.extensions["acn"] = runtime
+    nodes = all_nodes()
+    _register_hooks(app, keys)
+    _register_errors(app)
+    _register_node_routes(app, runtime, nodes)
+    _register_admin_routes(app, runtime)
+    _register_meta_routes(app, runtime, nodes)
+    return app
+
+
+# -- request lifecycle ---------------------------------------------------------------------
+
+
+def _register_hooks(app: Flask, keys: dict[str, str]) -> None:
+    open_paths = {"/healthz", "/openapi.json", "/v1/manifest"}
+
+    @app.before_request
+    def _start() -> None:
+        incoming = request.headers.get("X-Request-Id", "")
+        g.request_id = incoming if REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        g.tenant = authenticate(request.headers.get("Authorization"), keys) if request.path not in open_paths else ""
+
+    @app.after_request
+    def _finish(response: Response) -> Response:
+        response.headers["X-Request-Id"] = g.get("request_id", "")
+        log.info("request", extra={"method": request.method, "path": request.path,
+                                   "status": response.status_code, "request_id": g.get("request_id", "")})
+        return response
+
+
+def _register_errors(app: Flask) -> None:
+    @app.errorhandler(PackError)
+    def _pack_error(error: PackError) -> Response:
+        response = error_response(error.status, error.code, error.message, error.errors)
+        if error.status == 503:
+            response.headers["Retry-After"] = "5"
+        return response
+
+    @app.errorhandler(HTTPException)
+    def _http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
+        message = {413: f"request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes"}.get(
+            status, error.description or error.name)
+        return error_response(status, codes.get(status, "http_error"), message)
+
+    @app.errorhandler(Exception)
+    def _unexpected(error: Exception) -> Response:
+        log.error("unexpected error", exc_info=error, extra={"request_id": g.get("request_id", "")})
+        return error_response(500, "internal_error", "unexpected server error; see the logs for this request_id")
+
+
+def error_response(status: int, code: str, message: str, errors: list[str] | None = None) -> Response:
+    """Return the one error envelope every failure uses."""
+    body = {"ok": False, "status": status, "code": code, "error": message, "errors": errors or [message],
+            "request_id": g.get("request_id", "")}
+    return Response(json.dumps(body, ensure_ascii=False), status=status, mimetype="application/json")
+
+
+def ok_response(model: pydantic.BaseModel) -> Response:
+    """Return a success envelope carrying the request id."""
+    body = model.model_dump(mode="json")
+    body["ok"] = True
+    body["request_id"] = g.get("request_id", "")
+    return Response(json.dumps(body, ensure_ascii=False), status=200, mimetype="application/json")
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+def read_json_body() -> dict[str, Any]:
+    """Return the request body as a JSON object, or raise a 400/415-style error."""
+    raw = request.get_data(cache=True)
+    content_type = (request.mimetype or "").lower()
+    if raw and content_type and content_type != "application/json" and not content_type.endswith("+json"):
+        raise UnsupportedMediaError(f"content type must be application/json, not {content_type}")
+    if not raw.strip():
+        return {}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadRequestError(f"body is not valid UTF-8 (byte {error.start})") from None
+    if _nesting_depth(text) > MAX_JSON_DEPTH:
+        raise BadRequestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise BadRequestError(f"malformed JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise BadRequestError("the body must be a JSON object")
+    return body
+
+
+def _nesting_depth(text: str) -> int:
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped = not escaped and char == "\\"
+            if char == '"' and not escaped:
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def validate(model: type[pydantic.BaseModel], data: Any) -> Any:
+    """Validate data against a request model; failures become a 422 listing each field path."""
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as error:
+        errors = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()]
+        raise ValidationError("; ".join(errors), errors) from None
+
+
+# -- routes --------------------------------------------------------------------------------
+
+
+def _register_node_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpec]) -> None:
+    @app.post("/v1/nodes/<name>")
+    def _run_node(name: str) -> Response:
+        spec = nodes.get(name)
+        if spec is None:
+            raise UnknownNodeError(f"unknown node {name!r}; nodes: {', '.join(nodes)}")
+        node_request = validate(spec.request_model, read_json_body())
+        return ok_response(spec.run(node_request, runtime.deps(g.tenant)))
+
+
+def _register_admin_routes(app: Flask, runtime: Runtime) -> None:
+    def deps() -> Any:
+        return runtime.deps(g.tenant)
+
+    @app.get("/v1/memories")
+    def _list() -> Response:
+        return ok_response(list_memories(validate(MemoryListRequest, request.args.to_dict()), deps()))
+
+    @app.delete("/v1/memories")
+    def _delete_namespace() -> Response:
+        return ok_response(delete_namespace(validate(NamespaceDeleteRequest, request.args.to_dict()), deps()))
+
+    @app.get("/v1/memories/<memory_id>")
+    def _get(memory_id: str) -> Response:
+        return ok_response(get_memory(memory_id, deps()))
+
+    @app.delete("/v1/memories/<memory_id>")
+    def _delete(memory_id: str) -> Response:
+        return ok_response(delete_memory(memory_id, deps()))
+
+
+def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpec]) -> None:
+    def as_json(data: Any) -> Response:
+        return Response(json.dumps(data, ensure_ascii=False), mimetype="application/json")
+
+    @app.get("/healthz")
+    def _health() -> Response:
+        return as_json({"ok": True, "version": PACK_VERSION, "store": runtime.store.info(),
+                        "tokenizer": runtime.tokenizer.name, "embedder": runtime.settings.embedder,
+                        "nodes": list(nodes), "auth": bool(runtime.settings.api_keys),
+                        "request_id": g.get("request_id", "")})
+
+    @app.get("/v1/manifest")
+    def _manifest() -> Response:
+        return as_json(build_manifest(nodes))
+
+    @app.get("/openapi.json")
+    def _openapi() -> Response:
+        return as_json(build_openapi(nodes, server_url=request.host_url.rstrip("/")))
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the server with Werkzeug's threaded server; SIGTERM/SIGINT flush and close the store."""
+    settings = Settings.from_env()
+    parser = argparse.ArgumentParser(description="Agent Context Nodes plugin server")
+    parser.add_argument("--host", default=settings.host)
+    parser.add_argument("--port", type=int, default=settings.port)
+    args = parser.parse_args(argv)
+    try:
+        app = create_app(settings)
+    except PackError as error:
+        # A start-up failure is the operator's to fix: say what and why, without a traceback.
+        print(f"agent-context-nodes: cannot start: {error.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    runtime: Runtime = app.extensions["acn"]
+    _install_signal_handlers(runtime.close)
+    if not settings.api_keys:
+        log.warning("no API keys configured (ACN_API_KEYS): anyone who can reach %s:%s can read and write",
+                    args.host, args.port)
+    log.info("listening", extra={"host": args.host, "port": args.port, "store": runtime.store.info()})
+    try:
+        app.run(host=args.host, port=args.port, threaded=True, use_reloader=False)
+    finally:
+        runtime.close()
+
+
+def _install_signal_handlers(close: Callable[[], None]) -> None:
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        close()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Storage: the MemoryStore interface, its Milvus implementation and the repositories over it."""

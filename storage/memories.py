@@ -1,0 +1,228 @@
+"""Memories over a MemoryStore: records, namespaces and scopes, monotonic time, history."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from common.models import Memory, Namespace
+from providers.embedders import Embedder
+from storage.base import CollectionSpec, Filter, MemoryStore, Record
+
+ALL_SCOPES = ("session", "user", "agent", "shared")
+MEMORY_FIELDS = {
+    "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "user_id": "varchar",
+    "scope": "varchar", "kind": "varchar", "key": "varchar", "importance": "float",
+    "created_at": "int64", "updated_at": "int64", "version": "int64", "valid_to": "int64",
+    "superseded_by": "varchar", "turn_from": "int64", "turn_to": "int64", "doc": "json",
+}
+OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
+NO_TURN = -1
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A memory with the raw relevance signals a search produced."""
+
+    memory: Memory
+    bm25: float = 0.0
+    dense: float = 0.0
+
+
+def memory_spec(prefix: str, dense_dim: int) -> CollectionSpec:
+    """Return the memories collection spec; an embedder's dimension is part of the collection name."""
+    name = f"{prefix}_memories" + (f"_d{dense_dim}" if dense_dim else "")
+    return CollectionSpec(name=name, scalar_fields=MEMORY_FIELDS, text_field="content",
+                          dense_dim=dense_dim, partition_key="tenant")
+
+
+def to_record(memory: Memory, tenant: str, vector: list[float] | None) -> Record:
+    """Return the store row of a memory."""
+    turn_from, turn_to = (memory.turn_range or [NO_TURN, NO_TURN])[:2]
+    record: Record = {
+        "id": memory.id, "content": memory.content, "tenant": tenant, "agent_id": memory.agent_id,
+        "session_id": memory.session_id, "user_id": memory.user_id or "", "scope": memory.scope,
+        "kind": memory.kind, "key": memory.key or "", "importance": float(memory.importance),
+        "created_at": memory.created_at, "updated_at": memory.updated_at, "version": memory.version,
+        "valid_to": memory.valid_to or 0, "superseded_by": memory.superseded_by or "",
+        "turn_from": turn_from, "turn_to": turn_to,
+        "doc": {"meta": memory.meta, "source_ids": memory.source_ids, "history": memory.history or []},
+    }
+    if vector is not None:
+        record["dense"] = vector
+    return record
+
+
+def from_record(record: Record) -> Memory:
+    """Return the memory of a store row."""
+    doc = record.get("doc") or {}
+    has_turns = record.get("turn_from", NO_TURN) != NO_TURN
+    return Memory(
+        id=record["id"], kind=record["kind"], content=record["content"], key=record["key"] or None,
+        importance=round(float(record["importance"]), 3), scope=record["scope"], agent_id=record["agent_id"],
+        session_id=record["session_id"], user_id=record["user_id"] or None, created_at=record["created_at"],
+        updated_at=record["updated_at"], version=record["version"], valid_to=record["valid_to"] or None,
+        superseded_by=record["superseded_by"] or None,
+        turn_range=[record["turn_from"], record["turn_to"]] if has_turns else None,
+        source_ids=doc.get("source_ids"), meta=doc.get("meta") or {}, history=doc.get("history") or None,
+    )
+
+
+def new_memory_id() -> str:
+    """Return a fresh memory id."""
+    return "mem_" + uuid.uuid4().hex
+
+
+class MemoryRepository:
+    """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
+
+    def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.spec = memory_spec(prefix, embedder.dim if embedder else 0)
+        self._clock_lock = threading.Lock()
+        self._last_ms: dict[tuple[str, str, str], int] = {}
+        self._namespace_locks: dict[tuple[str, str], threading.RLock] = {}
+
+    def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
+        """Return the lock that serialises read-then-write sequences of one agent's memories."""
+        key = (tenant, namespace.agent_id)
+        with self._clock_lock:
+            return self._namespace_locks.setdefault(key, threading.RLock())
+
+    def open(self) -> None:
+        """Create and load the collection."""
+        self.store.ensure(self.spec)
+
+    # -- time ------------------------------------------------------------------------------
+
+    def now_ms(self, tenant: str, namespace: Namespace) -> int:
+        """Return UTC epoch ms, strictly increasing within one session (seed 004 §5.3)."""
+        key = (tenant, namespace.agent_id, namespace.session_id)
+        with self._clock_lock:
+            if key not in self._last_ms:
+                self._last_ms[key] = self._latest_in_session(tenant, namespace)
+            now = max(int(time.time() * 1000), self._last_ms[key] + 1)
+            self._last_ms[key] = now
+            return now
+
+    def _latest_in_session(self, tenant: str, namespace: Namespace) -> int:
+        rows = self.store.query(self.spec.name, session_filter(tenant, namespace),
+                                fields=["updated_at"], limit=16384)
+        return max((int(row["updated_at"]) for row in rows), default=0)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def save(self, tenant: str, memories: list[Memory]) -> None:
+        """Insert or replace memories (embedding them when an embedder is configured)."""
+        vectors: list[list[float] | None] = [None] * len(memories)
+        if self.embedder and memories:
+            vectors = list(self.embedder.embed_batch([m.content for m in memories]))
+        records = [to_record(m, tenant, v) for m, v in zip(memories, vectors, strict=True)]
+        self.store.upsert(self.spec.name, records)
+
+    def delete_ids(self, tenant: str, ids: list[str]) -> None:
+        """Delete memories by id within a tenant."""
+        if ids:
+            self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}", {"t": tenant, "ids": ids}))
+
+    def delete_namespace(self, tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> None:
+        """Delete every memory of an agent, optionally narrowed to one session or one user."""
+        self.store.delete(self.spec.name, namespace_filter(tenant, agent_id, session_id, user_id))
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, tenant: str, memory_id: str) -> Memory | None:
+        """Return one memory of this tenant, or None."""
+        rows = self.store.query(self.spec.name, Filter("tenant == {t} and id == {id}", {"t": tenant, "id": memory_id}),
+                                fields=OUTPUT_FIELDS, limit=1)
+        return from_record(rows[0]) if rows else None
+
+    def list(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
+        """Return memories matching a filter, newest first within the page window."""
+        rows = self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=OUTPUT_FIELDS,
+                                limit=limit, offset=offset)
+        return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
+
+    def page(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
+        """Return one page of matching memories in a stable order (created_at, id)."""
+        flt = tenant_filter(tenant).and_(where)
+        keys = self.store.query(self.spec.name, flt, fields=["id", "created_at"], limit=16384)
+        keys.sort(key=lambda row: (row["created_at"], row["id"]))
+        ids = [row["id"] for row in keys[offset: offset + limit]]
+        if not ids:
+            return []
+        rows = self.store.query(self.spec.name, Filter("tenant == {pt} and id in {pids}", {"pt": tenant, "pids": ids}),
+                                fields=OUTPUT_FIELDS, limit=len(ids))
+        order = {memory_id: index for index, memory_id in enumerate(ids)}
+        return sorted((from_record(r) for r in rows), key=lambda m: order[m.id])
+
+    def count(self, tenant: str, where: Filter) -> int:
+        """Return how many memories match a filter (up to the store's window)."""
+        return len(self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=["id"], limit=16384))
+
+    def search(self, tenant: str, query: str, where: Filter, *, limit: int) -> list[Scored]:
+        """Return BM25 (and dense, when configured) candidates for a query, merged by id."""
+        flt = tenant_filter(tenant).and_(where)
+        found: dict[str, Scored] = {}
+        if query.strip():
+            for hit in self.store.search_text(self.spec.name, query, limit=limit, where=flt, fields=OUTPUT_FIELDS):
+                found[hit.id] = Scored(from_record({"id": hit.id, **hit.record}), bm25=hit.score)
+        if self.embedder and query.strip():
+            vector = self.embedder.embed(query)
+            for hit in self.store.search_dense(self.spec.name, vector, limit=limit, where=flt, fields=OUTPUT_FIELDS):
+                previous = found.get(hit.id)
+                memory = previous.memory if previous else from_record({"id": hit.id, **hit.record})
+                found[hit.id] = Scored(memory, bm25=previous.bm25 if previous else 0.0, dense=hit.score)
+        return list(found.values())
+
+
+def tenant_filter(tenant: str) -> Filter:
+    """Return the filter every read starts from: one tenant never sees another's rows."""
+    return Filter("tenant == {tenant}", {"tenant": tenant})
+
+
+def session_filter(tenant: str, namespace: Namespace) -> Filter:
+    """Return the filter of one session's rows."""
+    return Filter("tenant == {st} and agent_id == {sa} and session_id == {ss}",
+                  {"st": tenant, "sa": namespace.agent_id, "ss": namespace.session_id})
+
+
+def namespace_filter(tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> Filter:
+    """Return the filter of an agent's rows, optionally narrowed to a session and/or a user."""
+    flt = Filter("tenant == {nt} and agent_id == {na}", {"nt": tenant, "na": agent_id})
+    if session_id:
+        flt = flt.and_(Filter("session_id == {ns}", {"ns": session_id}))
+    if user_id:
+        flt = flt.and_(Filter("user_id == {nu}", {"nu": user_id}))
+    return flt
+
+
+def scope_filter(namespace: Namespace, scopes: list[str] | None = None) -> Filter:
+    """Return the filter of what a namespace may read: session + user + agent + shared by default."""
+    wanted = [s for s in (scopes or ALL_SCOPES) if s != "user" or namespace.user_id]
+    params: dict[str, Any] = {"ca": namespace.agent_id, "cs": namespace.session_id, "cu": namespace.user_id or ""}
+    clauses = {
+        "session": '(scope == "session" and agent_id == {ca} and session_id == {cs})',
+        "user": '(scope == "user" and agent_id == {ca} and user_id == {cu})',
+        "agent": '(scope == "agent" and agent_id == {ca})',
+        "shared": '(scope == "shared")',
+    }
+    template = " or ".join(clauses[s] for s in wanted) or 'scope == "none"'
+    used = {k: v for k, v in params.items() if "{" + k + "}" in template}
+    return Filter(template, used)
+
+
+def live_filter(include_superseded: bool) -> Filter:
+    """Return the filter that hides superseded memories unless asked for."""
+    return Filter("") if include_superseded else Filter("valid_to == 0")
+
+
+def kinds_filter(kinds: list[str] | None, *, exclude_turns: bool) -> Filter:
+    """Return the filter of the kinds asked for (archived turns are excluded unless named)."""
+    if kinds:
+        return Filter("kind in {kinds}", {"kinds": list(kinds)})
+    return Filter('kind != "turn"') if exclude_turns else Filter("")

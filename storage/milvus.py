@@ -1,0 +1,273 @@
+"""MemoryStore over pymilvus: one code path for a Milvus Lite file and a Milvus server URI."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar, TypeVar
+
+from pymilvus import DataType, Function, FunctionType, MilvusClient
+from pymilvus.exceptions import MilvusException
+
+from common.errors import StoreUnavailableError
+from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+
+log = logging.getLogger("acn.store")
+
+# The portable jieba analyzer: same ranking on Lite 3 and the C++ engine ({"type": "chinese"} is
+# rejected by Lite 3). See STORAGE.md.
+ANALYZER = {"tokenizer": "jieba", "filter": ["lowercase", "cnalphanumonly"]}
+MAX_VARCHAR = 65535
+# Lite accepts limits real Milvus rejects; keep limit + offset within what servers allow.
+MAX_WINDOW = 16384
+_DTYPES = {"varchar": DataType.VARCHAR, "int64": DataType.INT64, "float": DataType.FLOAT, "json": DataType.JSON}
+T = TypeVar("T")
+
+
+class MilvusStore(MemoryStore):
+    """Milvus Lite (a local directory) or a Milvus server, with serialised writes and a flush policy."""
+
+    kind: ClassVar[str] = "milvus"
+    supports_dense: ClassVar[bool] = True
+
+    def __init__(self, uri: str, *, token: str = "", db_name: str = "", flush_every: int = 200,
+                 flush_interval: float = 5.0) -> None:
+        self.uri = uri
+        self.is_server = uri.startswith(("http://", "https://", "tcp://", "grpc://"))
+        self._token = token
+        self._db_name = db_name
+        self._flush_every = flush_every
+        self._flush_interval = flush_interval
+        self._client: MilvusClient | None = None
+        # Milvus Lite corrupts its write-ahead log under concurrent writers (STORAGE.md #1): every
+        # write, flush and close goes through this one lock.
+        self._write_lock = threading.RLock()
+        self._pending = 0
+        self._collections: set[str] = set()
+        self._templates = False
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> MilvusStore:
+        """Connect (or open the Lite file), probe capabilities and start the periodic flusher."""
+        if not self.is_server:
+            os.makedirs(os.path.dirname(os.path.abspath(self.uri)) or ".", exist_ok=True)
+        try:
+            kwargs: dict[str, Any] = {"uri": self.uri}
+            if self._token:
+                kwargs["token"] = self._token
+            if self._db_name:
+                kwargs["db_name"] = self._db_name
+            with _quiet("milvus_lite.server_manager"):
+                self._client = MilvusClient(**kwargs)
+        except Exception as error:  # pymilvus raises several unrelated types for "cannot open"
+            raise StoreUnavailableError(_open_failure(self.uri, error)) from error
+        self._flusher = threading.Thread(target=self._flush_loop, name="acn-flusher", daemon=True)
+        self._flusher.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._write_lock:
+            if self._client is None:
+                return
+            try:
+                self._flush_locked()
+            finally:
+                self._client.close()
+                self._client = None
+
+    def info(self) -> dict[str, Any]:
+        version = self._call(lambda c: c.get_server_version())
+        location = self.uri.split("@")[-1] if self.is_server else os.path.abspath(self.uri)
+        return {"kind": "milvus-server" if self.is_server else "milvus-lite", "version": str(version),
+                "uri": location, "filter_templates": self._templates}
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def ensure(self, spec: CollectionSpec) -> None:
+        with self._write_lock:
+            client = self._require()
+            try:
+                if not client.has_collection(spec.name):
+                    schema, index = _build_schema(client, spec)
+                    kwargs: dict[str, Any] = {"schema": schema, "index_params": index}
+                    if spec.partition_key:
+                        kwargs["num_partitions"] = 16
+                    client.create_collection(spec.name, **kwargs)
+                # Collections come back released after a restart (STORAGE.md #3); loading is idempotent.
+                client.load_collection(spec.name)
+            except MilvusException as error:
+                raise StoreUnavailableError(f"cannot prepare collection {spec.name}: {error.message}") from error
+            self._collections.add(spec.name)
+            if not self._templates:
+                self._templates = self._probe_templates(spec.name)
+
+    def _probe_templates(self, collection: str) -> bool:
+        """Return True when the server evaluates filter_params templates (Milvus >= 2.5; Lite 3 does not)."""
+        try:
+            self._require().query(collection, filter="id == {probe}", filter_params={"probe": "-"},
+                                  output_fields=["id"], limit=1)
+            return True
+        except MilvusException:
+            return False
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def upsert(self, collection: str, records: list[Record]) -> None:
+        if not records:
+            return
+        with self._write_lock:
+            self._call(lambda c: c.upsert(collection, records))
+            self._after_write(len(records))
+
+    def delete(self, collection: str, where: Filter) -> None:
+        with self._write_lock:
+            self._call(lambda c: c.delete(collection, **self._filter_kwargs(where)))
+            self._after_write(1)
+
+    def flush(self) -> None:
+        with self._write_lock:
+            self._flush_locked()
+
+    def _after_write(self, count: int) -> None:
+        self._pending += count
+        if self._pending >= self._flush_every:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._pending == 0 or self._client is None:
+            return
+        for name in self._collections:
+            self._call(lambda c, n=name: c.flush(n))
+        self._pending = 0
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self._flush_interval):
+            try:
+                self.flush()
+            except Exception:  # a failed background flush is retried next tick; writes stay in the WAL
+                log.warning("periodic flush failed", exc_info=True)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def search_text(self, collection: str, query: str, *, limit: int, where: Filter,
+                    fields: list[str]) -> list[Hit]:
+        result = self._call(lambda c: c.search(
+            collection, data=[query], anns_field="sparse", limit=min(limit, MAX_WINDOW),
+            output_fields=fields, search_params={"metric_type": "BM25"}, **self._read_kwargs(where)))
+        # Lite 3 returns BM25 as a negative distance, real Milvus as a positive score (STORAGE.md #4):
+        # keep the engine's order and expose a positive magnitude.
+        return [Hit(str(row["id"]), abs(float(row["distance"])), dict(row["entity"])) for row in result[0]]
+
+    def search_dense(self, collection: str, vector: list[float], *, limit: int, where: Filter,
+                     fields: list[str]) -> list[Hit]:
+        result = self._call(lambda c: c.search(
+            collection, data=[vector], anns_field="dense", limit=min(limit, MAX_WINDOW),
+            output_fields=fields, search_params={"metric_type": "COSINE"}, **self._read_kwargs(where)))
+        return [Hit(str(row["id"]), float(row["distance"]), dict(row["entity"])) for row in result[0]]
+
+    def query(self, collection: str, where: Filter, *, fields: list[str], limit: int,
+              offset: int = 0) -> list[Record]:
+        limit = max(1, min(limit, MAX_WINDOW - offset))
+        rows = self._call(lambda c: c.query(collection, output_fields=fields, limit=limit, offset=offset,
+                                            **self._read_kwargs(where)))
+        return [dict(row) for row in rows]
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _filter_kwargs(self, where: Filter) -> dict[str, Any]:
+        if not where.template:
+            return {"filter": ""}
+        if self._templates:
+            return {"filter": where.template, "filter_params": dict(where.params)}
+        return {"filter": where.render()}
+
+    def _read_kwargs(self, where: Filter) -> dict[str, Any]:
+        kwargs = self._filter_kwargs(where)
+        if self.is_server:
+            # A read must see the write just before it (STORAGE.md #10).
+            kwargs["consistency_level"] = "Strong"
+        return kwargs
+
+    def _require(self) -> MilvusClient:
+        if self._client is None:
+            raise StoreUnavailableError("the store is not open")
+        return self._client
+
+    def _call(self, operation: Callable[[MilvusClient], T]) -> T:
+        client = self._require()
+        try:
+            return operation(client)
+        except MilvusException as error:
+            raise StoreUnavailableError(f"store operation failed: {error.message}") from error
+        except Exception as error:
+            if _is_connection_error(error):
+                raise StoreUnavailableError(f"store unreachable: {error}") from error
+            raise
+
+
+def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]:
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
+    for name, kind in spec.scalar_fields.items():
+        extra: dict[str, Any] = {"max_length": MAX_VARCHAR} if kind == "varchar" else {}
+        if name == spec.partition_key:
+            extra["is_partition_key"] = True
+        schema.add_field(name, _DTYPES[kind], **extra)
+    index = client.prepare_index_params()
+    if spec.text_field:
+        schema.add_field(spec.text_field, DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True,
+                         analyzer_params=ANALYZER)
+        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(Function(name=f"{spec.name}_bm25", function_type=FunctionType.BM25,
+                                     input_field_names=[spec.text_field], output_field_names=["sparse"]))
+        index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    # Milvus needs at least one vector field; a collection without text or embeddings gets a tiny one.
+    dim = spec.dense_dim or (0 if spec.text_field else 2)
+    if dim:
+        schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
+        index.add_index(field_name="dense", index_type="AUTOINDEX", metric_type="COSINE")
+    return schema, index
+
+
+@contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """Silence a library logger that prints a traceback for an error we report ourselves."""
+    logger = logging.getLogger(logger_name)
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+def _open_failure(uri: str, error: Exception) -> str:
+    text = str(error)
+    if "Open local milvus failed" in text or "lock" in text.lower():
+        return (f"cannot open the Milvus Lite store at {uri}: another process has it open "
+                "(Lite allows one process per file; run several workers against a Milvus server URI)")
+    return f"cannot open the Milvus store at {uri}: {text}"
+
+
+def _is_connection_error(error: Exception) -> bool:
+    name = type(error).__module__
+    return name.startswith("grpc") or isinstance(error, ConnectionError | TimeoutError)
+
+
+def wait_until_ready(store: MilvusStore, attempts: int = 30, delay: float = 0.2) -> None:
+    """Retry get_server_version until a just-started server answers."""
+    for _ in range(attempts):
+        try:
+            store.info()
+            return
+        except StoreUnavailableError:
+            time.sleep(delay)
+    store.info()

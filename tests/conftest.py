@@ -1,0 +1,128 @@
+"""Fixtures: a real app on a tmp Milvus Lite file, a Lite server process, unique namespaces."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from common.settings import Settings
+from server import create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+_counter = itertools.count()
+
+
+def free_port() -> int:
+    """Return a free TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Wait until something accepts connections on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listened on port {port} within {timeout}s")
+
+
+def make_settings(path: Path, **overrides: Any) -> Settings:
+    """Return settings for a test app on a Lite file under path."""
+    values: dict[str, Any] = {"milvus_uri": str(path / "memory.db"), "log_level": "WARNING"}
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture(scope="session")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
+    """One app for the session on a real Milvus Lite file (tests isolate themselves by namespace)."""
+    application = create_app(make_settings(tmp_path_factory.mktemp("store")))
+    yield application
+    application.extensions["acn"].close()
+
+
+@pytest.fixture()
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture()
+def ns() -> dict[str, str]:
+    """A namespace no other test uses."""
+    tag = f"{next(_counter)}-{uuid.uuid4().hex[:8]}"
+    return {"agent_id": f"agent-{tag}", "session_id": f"session-{tag}"}
+
+
+@pytest.fixture()
+def fresh_app(tmp_path: Path) -> Iterator[Flask]:
+    """An app with a store of its own, for tests that restart or count everything."""
+    application = create_app(make_settings(tmp_path))
+    yield application
+    application.extensions["acn"].close()
+
+
+@pytest.fixture(scope="session")
+def lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Milvus Lite server process on loopback: the same network path as a Milvus server."""
+    port = free_port()
+    data_dir = tmp_path_factory.mktemp("lite-server")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(data_dir),
+         "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process=process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def post(client: FlaskClient, node: str, body: dict[str, Any], **kwargs: Any) -> Any:
+    """POST a node request and return the response."""
+    return client.post(f"/v1/nodes/{node}", json=body, **kwargs)
+
+
+def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
+    """Assert the canonical error envelope and return its body."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    body = response.get_json()
+    assert body["ok"] is False
+    assert body["status"] == status
+    assert isinstance(body["error"], str) and body["error"]
+    assert isinstance(body["errors"], list) and body["errors"]
+    assert body["request_id"]
+    assert "Traceback" not in response.get_data(as_text=True)
+    if code is not None:
+        assert body["code"] == code
+    return body
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    """Return an environment for a server subprocess."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACN_")}
+    env.update(extra)
+    return env

@@ -1,0 +1,68 @@
+"""The real server process on loopback: write, retrieve, SIGTERM, restart, still there."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import requests
+
+from tests.conftest import ROOT, free_port, server_env, wait_for_port
+
+
+def start_server(data: Path, port: int) -> subprocess.Popen[bytes]:
+    env = server_env(ACN_MILVUS_URI=str(data / "memory.db"), ACN_LOG_LEVEL="WARNING")
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for_port(port, timeout=60, process=process)
+    return process
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
+    process.send_signal(sig)
+    process.wait(timeout=30)
+    assert process.stderr is not None
+    process.stderr.close()
+    return process.returncode
+
+
+def test_write_retrieve_survives_restart(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    ns = {"agent_id": "cs-bot", "session_id": "conv-1"}
+    process = start_server(tmp_path, port)
+    try:
+        health = requests.get(f"{base}/healthz", timeout=10).json()
+        assert health["store"]["kind"] == "milvus-lite"
+        written = requests.post(f"{base}/v1/nodes/memory_write", timeout=30, json={
+            **ns, "items": [{"kind": "identity", "content": "我是VIP客户，已开通自动退款", "turn": 10},
+                            {"kind": "fact", "content": "The order number is ORD-20250317-8821", "turn": 3}]})
+        assert written.status_code == 200 and [r["action"] for r in written.json()["results"]] == ["added", "added"]
+    finally:
+        assert stop(process) == 0
+    process = start_server(tmp_path, port)
+    try:
+        found = requests.post(f"{base}/v1/nodes/memory_retrieve", timeout=30,
+                              json={**ns, "query": "我是什么会员？", "top_k": 1}).json()
+        assert found["text"] == "[来自记忆 · 身份 · 第10轮] 我是VIP客户，已开通自动退款"
+        english = requests.post(f"{base}/v1/nodes/memory_retrieve", timeout=30,
+                                json={**ns, "query": "what was my order number?", "top_k": 1}).json()
+        assert english["text"] == "[from memory · fact · turn 3] The order number is ORD-20250317-8821"
+    finally:
+        assert stop(process, signal.SIGINT) == 0
+
+
+def test_second_process_on_the_same_lite_file_gets_a_clear_error(tmp_path: Path) -> None:
+    port = free_port()
+    process = start_server(tmp_path, port)
+    try:
+        env = server_env(ACN_MILVUS_URI=str(tmp_path / "memory.db"))
+        second = subprocess.run([sys.executable, "server.py", "--port", str(free_port())], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0
+        assert "another process has it open" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        stop(process)

@@ -1,0 +1,107 @@
+"""Every failure is the one JSON envelope with a stable code, and none changes stored data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.conftest import assert_error, make_settings, post
+
+INJECTIONS = ['a" or agent_id != "', "a' or 1==1", 'x") or (true', "a b", "", "-leading", "a" * 129,
+              "中文名", "a\\b", "a\nb"]
+
+
+def stored(client: FlaskClient, ns: dict[str, str]) -> list[dict[str, Any]]:
+    return client.get("/v1/memories", query_string={"agent_id": ns["agent_id"]}).get_json()["memories"]
+
+
+@pytest.fixture()
+def seeded(client: FlaskClient, ns: dict[str, str]) -> dict[str, str]:
+    response = post(client, "memory_write", {**ns, "items": [{"kind": "fact", "content": "订单号 ORD-1"}]})
+    assert response.status_code == 200
+    return ns
+
+
+def test_malformed_json_is_400(client: FlaskClient, seeded: dict[str, str]) -> None:
+    response = client.post("/v1/nodes/memory_write", data='{"agent_id": ', content_type="application/json")
+    assert_error(response, 400, "bad_request")
+    assert len(stored(client, seeded)) == 1
+
+
+def test_invalid_utf8_is_400(client: FlaskClient) -> None:
+    response = client.post("/v1/nodes/memory_write", data=b'{"agent_id": "\xff\xfe"}', content_type="application/json")
+    assert "UTF-8" in assert_error(response, 400)["error"]
+
+
+def test_non_object_body_is_400(client: FlaskClient) -> None:
+    assert_error(client.post("/v1/nodes/memory_write", json=[1, 2]), 400)
+
+
+def test_deeply_nested_json_is_400(client: FlaskClient) -> None:
+    body = '{"agent_id": "a", "session_id": "s", "items": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert_error(client.post("/v1/nodes/memory_write", data=body, content_type="application/json"), 400)
+
+
+def test_wrong_content_type_is_415(client: FlaskClient) -> None:
+    response = client.post("/v1/nodes/memory_write", data="agent_id=a", content_type="application/x-www-form-urlencoded")
+    assert_error(response, 415, "unsupported_media_type")
+
+
+def test_unknown_node_is_404(client: FlaskClient) -> None:
+    body = assert_error(post(client, "no_such_node", {}), 404, "unknown_node")
+    assert "memory_write" in body["error"]
+
+
+def test_wrong_method_is_405(client: FlaskClient) -> None:
+    assert_error(client.get("/v1/nodes/memory_write"), 405, "method_not_allowed")
+
+
+def test_unknown_route_is_404_json(client: FlaskClient) -> None:
+    assert_error(client.get("/nope"), 404, "not_found")
+
+
+def test_validation_lists_each_field_path(client: FlaskClient, ns: dict[str, str]) -> None:
+    body = assert_error(post(client, "memory_write", {**ns, "items": [{"kind": "bogus", "content": "x"}],
+                                                      "dedupe_threshold": 7, "surprise": 1}), 422, "validation_error")
+    joined = " ".join(body["errors"])
+    assert "items.0.kind" in joined and "dedupe_threshold" in joined and "surprise" in joined
+    assert len(body["errors"]) == 3
+
+
+@pytest.mark.parametrize("bad", INJECTIONS)
+def test_identifiers_outside_the_alphabet_are_422(client: FlaskClient, seeded: dict[str, str], bad: str) -> None:
+    for node, extra in (("memory_write", {"items": [{"kind": "fact", "content": "x"}]}),
+                        ("memory_retrieve", {"query": "订单"})):
+        assert_error(post(client, node, {"agent_id": bad, "session_id": "s", **extra}), 422)
+        assert_error(post(client, node, {"agent_id": seeded["agent_id"], "session_id": bad, **extra}), 422)
+    assert_error(client.get("/v1/memories", query_string={"agent_id": bad}), 422)
+    assert_error(client.delete("/v1/memories", query_string={"agent_id": bad}), 422)
+    assert len(stored(client, seeded)) == 1
+
+
+def test_body_over_the_limit_is_413_and_stores_nothing(tmp_path: Any, ns: dict[str, str]) -> None:
+    from server import create_app
+
+    app: Flask = create_app(make_settings(tmp_path, max_body_bytes=2000))
+    try:
+        client = app.test_client()
+        big = {**ns, "items": [{"kind": "fact", "content": "长" * 1500}]}
+        assert_error(post(client, "memory_write", big), 413, "payload_too_large")
+        assert stored(client, ns) == []
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_request_id_is_echoed_or_generated(client: FlaskClient) -> None:
+    response = client.get("/healthz", headers={"X-Request-Id": "req-123"})
+    assert response.get_json()["request_id"] == "req-123" and response.headers["X-Request-Id"] == "req-123"
+    generated = client.get("/healthz", headers={"X-Request-Id": "bad id with spaces"})
+    assert generated.get_json()["request_id"] not in ("", "bad id with spaces")
+
+
+def test_success_envelope(client: FlaskClient, ns: dict[str, str]) -> None:
+    body = post(client, "memory_retrieve", {**ns, "query": "x"}).get_json()
+    assert body["ok"] is True and body["request_id"]

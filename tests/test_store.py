@@ -1,0 +1,108 @@
+"""The store suite, against embedded Milvus Lite and Milvus Lite in server mode (the network path)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from common.models import Namespace
+from providers.embedders import HashEmbedder
+from storage.base import Filter
+from storage.memories import MemoryRepository, kinds_filter, live_filter, scope_filter
+from storage.milvus import MilvusStore
+from nodes.memory_write import MemoryItem, new_memory
+
+
+@pytest.fixture(params=["embedded", "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MilvusStore]:
+    uri = str(tmp_path / "memory.db") if request.param == "embedded" else request.getfixturevalue("lite_server")
+    opened = MilvusStore(uri, flush_every=50, flush_interval=1.0).open()
+    yield opened
+    opened.close()
+
+
+def repo_for(store: MilvusStore, dense: bool = False) -> MemoryRepository:
+    prefix = "t" + uuid.uuid4().hex[:8]
+    repository = MemoryRepository(store, prefix=prefix, embedder=HashEmbedder() if dense else None)
+    repository.open()
+    return repository
+
+
+def memories_of(ns: Namespace, texts: list[str], repository: MemoryRepository, tenant: str = "t1") -> list[str]:
+    items = [new_memory(ns, MemoryItem(kind="fact", content=t), repository.now_ms(tenant, ns)) for t in texts]
+    repository.save(tenant, items)
+    return [m.id for m in items]
+
+
+def test_bm25_search_ranks_chinese_by_jieba_terms(store: MilvusStore) -> None:
+    repository = repo_for(store)
+    ns = Namespace(agent_id="a", session_id="s")
+    memories_of(ns, ["超时时间设为30秒", "我是VIP客户", "不要给我推荐新品", "退款金额239元"], repository)
+    hits = repository.search("t1", "超时参数", scope_filter(ns), limit=3)
+    assert hits[0].memory.content == "超时时间设为30秒"
+    assert all(h.bm25 > 0 for h in hits)
+
+
+def test_tenants_never_see_each_other(store: MilvusStore) -> None:
+    repository = repo_for(store)
+    ns = Namespace(agent_id="a", session_id="s")
+    memories_of(ns, ["tenant one secret 111"], repository, tenant="t1")
+    memories_of(ns, ["tenant two secret 222"], repository, tenant="t2")
+    seen = [h.memory.content for h in repository.search("t2", "secret", scope_filter(ns), limit=10)]
+    assert seen == ["tenant two secret 222"]
+    assert repository.count("t1", Filter("")) == 1
+
+
+def test_dense_search_with_an_embedder(store: MilvusStore) -> None:
+    repository = repo_for(store, dense=True)
+    ns = Namespace(agent_id="a", session_id="s")
+    memories_of(ns, ["the refund goes back to the original card", "dark mode preferred"], repository)
+    hits = repository.search("t1", "refund card", scope_filter(ns), limit=2)
+    best = max(hits, key=lambda h: h.dense)
+    assert best.memory.content.startswith("the refund") and best.dense > 0
+
+
+def test_upsert_replaces_and_delete_by_filter(store: MilvusStore) -> None:
+    repository = repo_for(store)
+    ns = Namespace(agent_id="a", session_id="s")
+    ids = memories_of(ns, ["old text 1", "other 2"], repository)
+    memory = repository.get("t1", ids[0])
+    assert memory is not None
+    repository.save("t1", [memory.model_copy(update={"content": "new text 1", "version": 2})])
+    again = repository.get("t1", ids[0])
+    assert again is not None and again.content == "new text 1" and again.version == 2
+    repository.delete_ids("t1", [ids[1]])
+    assert repository.get("t1", ids[1]) is None
+    assert repository.count("t1", live_filter(False).and_(kinds_filter(None, exclude_turns=True))) == 1
+
+
+def test_filter_values_cannot_inject(store: MilvusStore) -> None:
+    repository = repo_for(store)
+    ns = Namespace(agent_id="a", session_id="s")
+    memories_of(ns, ["x marks the spot"], repository)
+    try:
+        hits = repository.search("t1", "x", Filter("agent_id == {a}", {"a": 'a" or agent_id != "'}), limit=5)
+    except ValueError:  # rendered locally (Lite): the value is refused before any expression is built
+        hits = []
+    assert hits == []
+
+
+def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
+    uri = str(tmp_path / "memory.db")
+    first = MilvusStore(uri).open()
+    repository = MemoryRepository(first, prefix="p", embedder=None)
+    repository.open()
+    ns = Namespace(agent_id="a", session_id="s")
+    ids = memories_of(ns, [f"fact {i}" for i in range(20)], repository)
+    first.close()
+    second = MilvusStore(uri).open()
+    try:
+        reopened = MemoryRepository(second, prefix="p", embedder=None)
+        reopened.open()
+        assert reopened.count("t1", Filter("")) == 20
+        assert reopened.get("t1", ids[-1]) is not None
+    finally:
+        second.close()

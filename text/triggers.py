@@ -1,0 +1,23 @@
+"""When does a query need memory? Back-references and identity/constraint questions (seed 000 §4.3)."""
+
+from __future__ import annotations
+
+import re
+
+_BACK_REFERENCE = re.compile(
+    r"之前|以前|上次|上回|刚才|刚刚|那个|前面|早先|先前|原来|说过|提过|讲过|记得|还记得|忘了|当时|"
+    r"\b(earlier|before|previous(ly)?|last time|you said|i said|i told you|i mentioned|remember|again|"
+    r"as discussed|that one|the one)\b",
+    re.IGNORECASE,
+)
+_IDENTITY_OR_RULES = re.compile(
+    r"我是谁|我的|我是不是|我叫什么|身份|会员|偏好|喜欢|约束|要求|规则|限制|权限|订单|账户|账号|多少|几|哪个|什么时候|截止|"
+    r"\b(who am i|my|mine|preference|prefer|constraint|rule|requirement|order|account|how much|how many|"
+    r"which|when|deadline)\b",
+    re.IGNORECASE,
+)
+
+
+def needs_memory(query: str) -> bool:
+    """Return True when a query refers back to earlier turns or asks about the user, rules or key facts."""
+    return bool(_BACK_REFERENCE.search(query) or _IDENTITY_OR_RULES.search(query))
