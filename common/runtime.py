@@ -10,7 +10,9 @@ from typing import Any
 from common.deps import Deps
 from common.settings import Settings
 from providers.embedders import load_embedder
+from providers.openai_chat import ChatClient
 from storage.memories import MemoryRepository
+from storage.sessions import SessionRepository
 from storage.milvus import MilvusStore
 from text.tokens import Tokenizer, load_tokenizer
 
@@ -25,6 +27,8 @@ class Runtime:
     tokenizer: Tokenizer
     store: MilvusStore
     memories: MemoryRepository
+    sessions: SessionRepository
+    chat: ChatClient | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     _closed: threading.Event = field(default_factory=threading.Event)
 
@@ -39,16 +43,23 @@ class Runtime:
             memories = MemoryRepository(store, prefix=settings.collection_prefix,
                                         embedder=load_embedder(settings.embedder))
             memories.open()
+            sessions = SessionRepository(store, prefix=settings.collection_prefix,
+                                         keep_versions=settings.session_versions_kept)
+            sessions.open()
         except Exception:
             store.close()
             raise
-        runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories)
+        # The LLM is optional: with no base URL configured, compaction stays extractive.
+        chat = ChatClient.from_settings(settings)
+        runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
+                      chat=chat)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
     def deps(self, tenant: str) -> Deps:
         """Return the dependencies a node call gets, for one tenant."""
-        providers: dict[str, Any] = {"memories": self.memories, **self.extra}
+        providers: dict[str, Any] = {"memories": self.memories, "sessions": self.sessions,
+                                     "chat": self.chat, **self.extra}
         return Deps(settings=self.settings, tokenizer=self.tokenizer, store=self.store, tenant=tenant,
                     providers=providers)
 
@@ -57,4 +68,6 @@ class Runtime:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self.chat is not None:
+            self.chat.close()
         self.store.close()

@@ -57,6 +57,9 @@ class Settings(StrictModel):
     recency_half_life_hours: float = Field(
         default=72.0, gt=0, description="Half-life of the recency decay used in memory ranking."
     )
+    session_versions_kept: int = Field(
+        default=100, ge=2, le=10_000, description="How many working-state versions each session keeps for rollback."
+    )
     host: str = Field(default="127.0.0.1", description="Address `python server.py` binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port `python server.py` listens on.")
     log_level: str = Field(default="INFO", description="Log level of the server's JSON logs.")

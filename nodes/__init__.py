@@ -8,6 +8,8 @@ from nodes.spec import NodeSpec
 
 # Order is the order of the manifest and the OpenAPI document.
 NODE_MODULES = (
+    "nodes.edit_context",
+    "nodes.compact",
     "nodes.memory_write",
     "nodes.memory_retrieve",
 )

@@ -1,0 +1,233 @@
+"""Compact: segmented, structured compaction of old turns; raw turns archived, numbers verified."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from pydantic import Field
+
+from common.deps import Deps
+from common.models import Message, MessageList, Namespace, NodeResponse, Segment, StrictModel
+from compaction.engine import CompactionOutcome, compact_turns
+from compaction.render import render_working_summary
+from compaction.segments import Turn, group_turns, split_recent
+from nodes.memory_write import repository
+from nodes.spec import Description, NodeSpec
+from providers.openai_chat import ChatClient
+from storage.memories import MemoryRepository, new_memory_id
+from storage.sessions import SessionRepository, SessionState
+from common.models import Memory
+from text.tokens import Tokenizer
+
+# One archived row holds at most this much of a message; longer messages span several rows.
+ARCHIVE_CHUNK_CHARS = 8000
+
+
+class LlmOverrides(StrictModel):
+    """Per-request LLM endpoint, overriding the ACN_LLM_* settings."""
+
+    base_url: str | None = Field(default=None, max_length=500, pattern=r"^https?://")
+    model: str | None = Field(default=None, max_length=200)
+    api_key: str | None = Field(default=None, max_length=500)
+    timeout_seconds: float | None = Field(default=None, gt=0, le=300)
+
+
+class CompactOptions(StrictModel):
+    """When and how to compact (defaults from seed 000 §3.1: trigger at 40%, segments of 5–8 turns)."""
+
+    context_window: int = Field(default=8000, ge=256, le=2_000_000, description="The model's window, in tokens.")
+    trigger_ratio: float = Field(default=0.4, gt=0, le=1, description="Compact when history ≥ ratio × window.")
+    segment_size: int = Field(default=6, ge=1, le=50, description="Turns per segment (5–8 recommended).")
+    keep_recent: int = Field(default=4, ge=0, le=200, description="Most recent turns kept verbatim.")
+    max_segments: int = Field(default=5, ge=1, le=100, description="Above this, the oldest segments merge.")
+    engine: Literal["extractive", "llm", "auto"] = Field(
+        default="extractive", description="extractive (offline, default), llm, or auto (llm when configured).")
+    llm: LlmOverrides | None = Field(default=None, description="Per-request LLM endpoint (else ACN_LLM_*).")
+
+
+class CompactRequest(Namespace, CompactOptions):
+    """Compact the session buffer (or the given messages)."""
+
+    messages: MessageList | None = Field(
+        default=None, max_length=5000,
+        description="Messages to compact statelessly; omit to compact the server-side session buffer.")
+    force: bool = Field(default=False, description="Compact now, whatever the trigger says.")
+    persist: bool = Field(default=True, description="Archive raw turns and save the new working state.")
+    expected_version: int | None = Field(default=None, ge=0, description="Fail with 409 if the session moved on.")
+
+
+class CompactStats(StrictModel):
+    tokens_before: int
+    tokens_after: int
+    ratio: float = Field(description="tokens_after / tokens_before (seed: healthy between 0.1 and 0.3).")
+    numbers_in_source: int
+    numbers_preserved: int = Field(description="Numbers the engine kept by itself, before the verifier.")
+    numbers_restored: int = Field(description="Numbers the verifier put back into key_numbers.")
+
+
+class CompactResponse(NodeResponse):
+    compacted: bool
+    reason: Literal["forced", "triggered", "below_trigger", "nothing_to_compact"]
+    segments: list[Segment]
+    recent_messages: list[Message]
+    working_summary: str
+    stats: CompactStats
+    version: int = Field(description="Session version after this call (unchanged when nothing was saved).")
+    archived_ids: list[str]
+    engine_used: str
+    fallback_reason: str | None = None
+
+
+def run(request: CompactRequest, deps: Deps) -> CompactResponse:
+    """Compact the given messages, or the session buffer under the session lock."""
+    if request.messages is not None:
+        state = SessionState(buffer=request.messages)
+        return compact_state(request, state, deps, persist_archive=request.persist, force=request.force)[1]
+    sessions: SessionRepository = deps.providers["sessions"]
+    with sessions.locked(deps.tenant, request):
+        state = sessions.head(deps.tenant, request)
+        new_state, response = compact_state(request, state, deps, persist_archive=request.persist, force=request.force)
+        if response.compacted and request.persist:
+            saved = sessions.commit(deps.tenant, request, new_state, reason="compact",
+                                    expected_version=request.expected_version)
+            response.version = saved.version
+        return response
+
+
+def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, persist_archive: bool,
+                  force: bool = True, namespace: Namespace | None = None) -> tuple[SessionState, CompactResponse]:
+    """Return the state after compaction (if triggered) and the response describing it."""
+    namespace = namespace or (options if isinstance(options, Namespace) else None)
+    tokenizer = deps.tokenizer
+    before = history_tokens(state.buffer, state.segments, tokenizer)
+    old, recent = split_recent(group_turns(state.buffer, first_turn=first_free_turn(state)), options.keep_recent)
+    reason = decide(options, before, old, force=force)
+    if reason not in ("forced", "triggered"):
+        return state, unchanged_response(state, reason, before)
+    to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
+    with chat_client(options, deps) as chat:
+        outcome = compact_turns([m for t in to_compact for m in t.messages], state.segments,
+                                segment_size=options.segment_size, max_segments=options.max_segments,
+                                engine=options.engine, chat=chat, tokenizer=tokenizer)
+    archived = archive_turns(repository(deps), deps.tenant, namespace, to_compact) if persist_archive and namespace else []
+    kept = [m for t in old[len(to_compact):] + recent for m in t.messages]
+    new_state = state.model_copy(update={"buffer": kept, "segments": outcome.segments})
+    return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)
+
+
+def decide(options: CompactOptions, tokens: int, old: list[Turn], *, force: bool) -> str:
+    """Return why compaction runs (forced/triggered) or why not."""
+    if not old:
+        return "nothing_to_compact"
+    if force:
+        return "forced"
+    if tokens >= options.trigger_ratio * options.context_window:
+        return "triggered"
+    return "below_trigger"
+
+
+def whole_segments(old: list[Turn], segment_size: int) -> list[Turn]:
+    """Return the oldest turns that fill whole segments (all old turns if not even one segment is full)."""
+    whole = len(old) - len(old) % segment_size
+    return old[:whole] if whole else old
+
+
+def first_free_turn(state: SessionState) -> int:
+    """Return the turn number the buffer starts from when its messages carry none."""
+    covered = max((s.turn_range[-1] for s in state.segments if s.turn_range), default=0)
+    return covered + 1
+
+
+def history_tokens(buffer: list[Message], segments: list[Segment], tokenizer: Tokenizer) -> int:
+    """Return the tokens the history costs as it stands: segments plus verbatim messages."""
+    return sum(s.tokens for s in segments) + sum(tokenizer.count_message(m) for m in buffer)
+
+
+@contextmanager
+def chat_client(options: CompactOptions, deps: Deps) -> Iterator[ChatClient | None]:
+    """Yield the LLM client for this call: per-request overrides, else the configured one."""
+    overrides = options.llm.model_dump(exclude_none=True) if options.llm else {}
+    if not overrides:
+        yield deps.providers.get("chat")
+        return
+    client = ChatClient.from_settings(deps.settings, overrides)
+    try:
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+
+
+def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace, turns: list[Turn]) -> list[str]:
+    """Store every message of the turns verbatim as `turn` memories before they leave the buffer."""
+    rows: list[Memory] = []
+    for turn in turns:
+        for index, message in enumerate(turn.messages):
+            rows += archive_rows(namespace, turn.number, index, message, memories.now_ms(tenant, namespace))
+    memories.save(tenant, rows)
+    return [row.id for row in rows]
+
+
+def archive_rows(namespace: Namespace, turn: int, index: int, message: Message, now: int) -> list[Memory]:
+    """Return the archive rows of one message (several when it is longer than one row holds)."""
+    text = message.content or describe_tool_calls(message)
+    pieces = [text[i:i + ARCHIVE_CHUNK_CHARS] for i in range(0, len(text), ARCHIVE_CHUNK_CHARS)] or [""]
+    meta = {**message.meta, "role": message.role, "message_index": index}
+    if message.name:
+        meta["name"] = message.name
+    if message.tool_call_id:
+        meta["tool_call_id"] = message.tool_call_id
+    if message.tool_calls:
+        meta["tool_calls"] = message.tool_calls
+    return [Memory(id=new_memory_id(), kind="turn", content=piece or "(empty)", importance=3, scope="session",
+                   agent_id=namespace.agent_id, session_id=namespace.session_id, user_id=namespace.user_id,
+                   created_at=now, updated_at=now, version=1, turn_range=[turn, turn],
+                   meta={**meta, "part": part, "parts": len(pieces)} if len(pieces) > 1 else meta)
+            for part, piece in enumerate(pieces)]
+
+
+def describe_tool_calls(message: Message) -> str:
+    """Return a one-line text for a message that only carries tool calls."""
+    names = [str((call.get("function") or {}).get("name", "tool")) for call in message.tool_calls or []]
+    return f"[tool calls: {', '.join(names)}]" if names else ""
+
+
+def unchanged_response(state: SessionState, reason: str, tokens: int) -> CompactResponse:
+    stats = CompactStats(tokens_before=tokens, tokens_after=tokens, ratio=1.0, numbers_in_source=0,
+                         numbers_preserved=0, numbers_restored=0)
+    return CompactResponse(compacted=False, reason=reason, segments=state.segments, recent_messages=state.buffer,
+                           working_summary=render_working_summary(state.segments), stats=stats,
+                           version=state.version, archived_ids=[], engine_used="none")
+
+
+def compacted_response(state: SessionState, reason: str, before: int, outcome: CompactionOutcome,
+                       archived: list[str], tokenizer: Tokenizer) -> CompactResponse:
+    after = history_tokens(state.buffer, state.segments, tokenizer)
+    stats = CompactStats(tokens_before=before, tokens_after=after, ratio=round(after / before, 4) if before else 1.0,
+                         numbers_in_source=outcome.numbers_in_source, numbers_preserved=outcome.numbers_preserved,
+                         numbers_restored=outcome.numbers_restored)
+    return CompactResponse(compacted=True, reason=reason, segments=state.segments, recent_messages=state.buffer,
+                           working_summary=render_working_summary(state.segments), stats=stats,
+                           version=state.version, archived_ids=archived, engine_used=outcome.engine_used,
+                           fallback_reason=outcome.fallback_reason)
+
+
+NODE = NodeSpec(
+    name="compact",
+    request_model=CompactRequest,
+    response_model=CompactResponse,
+    run=run,
+    summary="Compact old turns into structured, turn-ranged segments; every number kept",
+    description=Description(
+        human_en="Segmented compaction: old turns become structured segments (goal, constraints, done, todo, "
+                 "decisions, facts, key numbers) tagged with their turn range. Every number survives (verified); "
+                 "the raw turns are archived, never lost. Offline by default; an OpenAI-compatible LLM is optional.",
+        human_zh="分段结构化压缩：旧轮次压成带轮次范围的结构化摘要（目标、约束、已完成、待办、决策、事实、关键数字）。"
+                 "所有数字经校验保留；原始轮次归档不丢失。默认离线抽取，可选接入 OpenAI 兼容的 LLM。",
+        llm_en="Compress the conversation history when it grows long. Returns segments and a working_summary to "
+               "put in the system prompt, plus the recent messages kept verbatim.",
+        llm_zh="对话历史变长时压缩它。返回分段摘要和可放入系统提示词的 working_summary，以及原样保留的最近消息。",
+    ),
+)

@@ -1,0 +1,177 @@
+"""Session working state (buffer + segments) as versioned snapshots in the same Milvus store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import Field
+
+from common.errors import ConflictError, NotFoundError
+from common.models import Message, Namespace, Segment, StrictModel
+from storage.base import CollectionSpec, Filter, MemoryStore
+
+SESSION_FIELDS = {
+    "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "row": "varchar",
+    "version": "int64", "part": "int64", "parts": "int64", "created_at": "int64", "chunk": "varchar",
+    "info": "json",
+}
+# VARCHAR limits are in bytes on Milvus servers: stay well below 65,535 whatever the script.
+CHUNK_BYTES = 60_000
+HEAD = "head"
+SNAPSHOT = "snapshot"
+
+
+class SessionState(StrictModel):
+    """The working state of one session at one version."""
+
+    version: int = 0
+    turn: int = Field(default=0, description="Number of the last recorded turn.")
+    buffer: list[Message] = Field(default_factory=list, description="Recent turns not yet compacted, verbatim.")
+    segments: list[Segment] = Field(default_factory=list, description="Compacted working state, oldest first.")
+    reason: str = Field(default="", description="What produced this version.")
+    created_at: int = 0
+
+
+class VersionInfo(StrictModel):
+    version: int
+    created_at: int
+    reason: str
+    turn: int
+    buffer_messages: int
+    segments: int
+
+
+def session_spec(prefix: str) -> CollectionSpec:
+    """Return the sessions collection spec (no text search; a tiny vector keeps Milvus happy)."""
+    return CollectionSpec(name=f"{prefix}_sessions", scalar_fields=SESSION_FIELDS, partition_key="tenant")
+
+
+def chunk_text(text: str, limit: int = CHUNK_BYTES) -> list[str]:
+    """Split text into pieces of at most `limit` UTF-8 bytes, never inside a character."""
+    chunks, current, size = [], [], 0
+    for char in text:
+        width = len(char.encode("utf-8"))
+        if size + width > limit:
+            chunks.append("".join(current))
+            current, size = [], 0
+        current.append(char)
+        size += width
+    chunks.append("".join(current))
+    return chunks
+
+
+class SessionRepository:
+    """Read, commit, list and roll back session versions; one writer per session at a time."""
+
+    def __init__(self, store: MemoryStore, *, prefix: str, keep_versions: int = 100) -> None:
+        self.store = store
+        self.spec = session_spec(prefix)
+        self.keep_versions = keep_versions
+        self._locks_guard = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
+
+    def open(self) -> None:
+        """Create and load the collection."""
+        self.store.ensure(self.spec)
+
+    @contextmanager
+    def locked(self, tenant: str, namespace: Namespace) -> Iterator[None]:
+        """Hold the session's lock: read-modify-commit sequences never interleave."""
+        key = _session_key(tenant, namespace)
+        with self._locks_guard:
+            lock = self._locks.setdefault(key, threading.RLock())
+        with lock:
+            yield
+
+    def head(self, tenant: str, namespace: Namespace) -> SessionState:
+        """Return the latest state (version 0 and empty when the session is new)."""
+        rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version"], limit=1)
+        if not rows:
+            return SessionState()
+        return self.read(tenant, namespace, int(rows[0]["version"]))
+
+    def read(self, tenant: str, namespace: Namespace, version: int) -> SessionState:
+        """Return the state at one version; 404 when it does not exist (or was pruned)."""
+        where = self._rows(tenant, namespace, SNAPSHOT).and_(Filter("version == {rv}", {"rv": version}))
+        rows = self.store.query(self.spec.name, where, fields=["part", "parts", "chunk"], limit=10_000)
+        rows.sort(key=lambda row: row["part"])
+        # Parts beyond `parts` are leftovers of an interrupted longer write of the same version.
+        rows = rows[: rows[0]["parts"]] if rows else rows
+        if not rows or [row["part"] for row in rows] != list(range(rows[0]["parts"])):
+            raise NotFoundError(f"session {namespace.session_id!r} has no version {version}")
+        return SessionState.model_validate_json("".join(row["chunk"] for row in rows))
+
+    def commit(self, tenant: str, namespace: Namespace, state: SessionState, *, reason: str,
+               expected_version: int | None = None) -> SessionState:
+        """Write state as the next version; a stale expected_version is a 409. Call under locked()."""
+        current = self.head_version(tenant, namespace)
+        if expected_version is not None and expected_version != current:
+            raise ConflictError(f"session is at version {current}, not {expected_version}: reload and retry")
+        new = state.model_copy(update={"version": current + 1, "reason": reason,
+                                       "created_at": int(time.time() * 1000)})
+        self._write_snapshot(tenant, namespace, new)
+        self._write_head(tenant, namespace, new)
+        self._prune(tenant, namespace, new.version)
+        return new
+
+    def head_version(self, tenant: str, namespace: Namespace) -> int:
+        """Return the latest version number (0 for a new session)."""
+        rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version"], limit=1)
+        return int(rows[0]["version"]) if rows else 0
+
+    def versions(self, tenant: str, namespace: Namespace) -> list[VersionInfo]:
+        """Return every kept version, oldest first."""
+        where = self._rows(tenant, namespace, SNAPSHOT).and_(Filter("part == 0"))
+        rows = self.store.query(self.spec.name, where, fields=["version", "created_at", "info"], limit=16_384)
+        infos = [VersionInfo(version=r["version"], created_at=r["created_at"], **r["info"]) for r in rows]
+        return sorted(infos, key=lambda info: info.version)
+
+    def delete(self, tenant: str, agent_id: str, session_id: str | None) -> None:
+        """Delete every version of a session (or of all an agent's sessions)."""
+        where = Filter("tenant == {dt} and agent_id == {da}", {"dt": tenant, "da": agent_id})
+        if session_id:
+            where = where.and_(Filter("session_id == {ds}", {"ds": session_id}))
+        self.store.delete(self.spec.name, where)
+
+    def _write_snapshot(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
+        chunks = chunk_text(state.model_dump_json())
+        info = {"reason": state.reason, "turn": state.turn, "buffer_messages": len(state.buffer),
+                "segments": len(state.segments)}
+        key = _session_key(tenant, namespace)
+        rows = [self._row(tenant, namespace, id=f"{key}:v{state.version}:p{index}", row=SNAPSHOT,
+                          version=state.version, part=index, parts=len(chunks), created_at=state.created_at,
+                          chunk=chunk, info=info if index == 0 else {})
+                for index, chunk in enumerate(chunks)]
+        self.store.upsert(self.spec.name, rows)
+
+    def _write_head(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
+        row = self._row(tenant, namespace, id=f"{_session_key(tenant, namespace)}:head", row=HEAD,
+                        version=state.version, part=0, parts=0, created_at=state.created_at, chunk="", info={})
+        self.store.upsert(self.spec.name, [row])
+
+    def _prune(self, tenant: str, namespace: Namespace, latest: int) -> None:
+        oldest_kept = latest - self.keep_versions + 1
+        if oldest_kept > 1 and latest % 10 == 0:  # prune in batches, not on every write
+            where = self._rows(tenant, namespace, SNAPSHOT).and_(Filter("version < {pv}", {"pv": oldest_kept}))
+            self.store.delete(self.spec.name, where)
+
+    def _rows(self, tenant: str, namespace: Namespace, row: str) -> Filter:
+        return Filter("tenant == {qt} and agent_id == {qa} and session_id == {qs} and row == {qr}",
+                      {"qt": tenant, "qa": namespace.agent_id, "qs": namespace.session_id, "qr": row})
+
+    def _row(self, tenant: str, namespace: Namespace, **fields: Any) -> dict[str, Any]:
+        # The collection's only vector is a placeholder (Milvus requires one); it is never searched.
+        return {"tenant": tenant, "agent_id": namespace.agent_id, "session_id": namespace.session_id,
+                "dense": [1.0, 0.0], **fields}
+
+
+def _session_key(tenant: str, namespace: Namespace) -> str:
+    raw = json.dumps([tenant, namespace.agent_id, namespace.session_id])
+    return "s" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
+

@@ -1,0 +1,314 @@
+"""Find the numbers, dates, amounts, IDs and codes a summary must never lose."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KINDS = (
+    "amount",
+    "date",
+    "time",
+    "duration",
+    "percent",
+    "id",
+    "account",
+    "version",
+    "phone",
+    "email",
+    "number",
+)
+
+
+@dataclass(frozen=True)
+class KeyNumber:
+    """One key value found in text: its kind, the verbatim value and a short label."""
+
+    kind: str
+    value: str
+    label: str
+
+
+# Full-width digits, letters and the symbols used around numbers map one-to-one to ASCII, so
+# matching on the folded copy keeps offsets valid for slicing the original text.
+_FOLD = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F) if chr(code) not in "，；。！？（）"}
+_FOLD[0x3000] = 0x20
+
+_NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
+_L = r"(?<![A-Za-z0-9_.])"  # left edge: not inside a word or a longer number
+_R = r"(?![A-Za-z0-9_])"  # right edge for values ending in a digit or a Latin unit
+_ZH_DIGIT = "零一二两三四五六七八九十"
+_ZH_NUM = f"[{_ZH_DIGIT}][{_ZH_DIGIT}百千]*"
+_MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+_CURRENCY_WORDS = r"(?:元|块钱|块|美元|美金|人民币|港币|欧元|日元|英镑|韩元)"
+_COUNTERS = "次个人条行字件名位家台张份页轮篇户"
+
+
+def _compile(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    """Compile with ASCII classes: superscripts and other Unicode digits are not numbers here."""
+    return re.compile(pattern, flags | re.ASCII)
+
+
+# (kind, pattern); a named group "v" narrows the value inside a wider match.
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("email", _compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")),
+    ("phone", _compile(r"(?<!\d)(?:\+?86[-\s]?)?1[3-9]\d[-\s]?\d{4}[-\s]?\d{4}(?!\d)")),
+    ("phone", _compile(r"(?<!\d)0\d{2,3}-\d{7,8}(?!\d)")),
+    ("date", _compile(r"(?<!\d)\d{4}\s?年\s?\d{1,2}\s?月(?:\s?\d{1,2}\s?[日号])?")),
+    ("date", _compile(r"(?<!\d)\d{1,2}\s?月\s?\d{1,2}\s?[日号]")),
+    ("date", _compile(rf"[{_ZH_DIGIT}]{{1,3}}月[{_ZH_DIGIT}]{{1,3}}[日号]")),
+    ("date", _compile(r"(?<![\d.])\d{4}([-/.])(?:0?[1-9]|1[0-2])\1(?:0?[1-9]|[12]\d|3[01])(?![\d.])")),
+    ("date", _compile(r"(?<!\d)(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/\d{4}(?!\d)")),
+    ("date", _compile(rf"(?<![A-Za-z]){_MONTHS}\s\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s\d{{4}})?(?!\d)")),
+    ("date", _compile(rf"(?<!\d)\d{{1,2}}(?:st|nd|rd|th)?\s{_MONTHS}(?:,?\s\d{{4}})?(?!\d)")),
+    ("date", _compile(r"(?<!\d)(?:19|20)\d{2}\s?年(?![\d个])")),
+    ("time", _compile(r"(?<![\d:])(?:[01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d)?(?:\s?[AaPp]\.?[Mm]\.?)?(?![\d:])")),
+    ("time", _compile(r"(?<!\d)(?:1[0-2]|0?[1-9])\s?(?:am|pm|a\.m\.|p\.m\.)(?![A-Za-z])", re.IGNORECASE)),
+    (
+        "time",
+        _compile(
+            rf"(?:上午|下午|晚上|早上|凌晨|中午|傍晚|今晚|明早)(?:\d{{1,2}}|[{_ZH_DIGIT}]{{1,3}})[点时]"
+            rf"(?:\d{{1,2}}分|半|一刻|整)?"
+        ),
+    ),
+    ("time", _compile(r"(?<!\d)\d{1,2}[点时](?:\d{1,2}分|半|一刻|整)")),
+    (
+        "amount",
+        _compile(rf"(?:[¥￥$€£]|US\$|HK\$|(?:USD|RMB|CNY|EUR)\s?){_NUM}(?:\s?[万亿kKmM](?![A-Za-z]))?"),
+    ),
+    ("amount", _compile(rf"{_L}{_NUM}\s?(?:万|亿|千|百)?\s?{_CURRENCY_WORDS}")),
+    ("amount", _compile(rf"{_L}{_NUM}\s?(?:USD|RMB|CNY|EUR|dollars?|yuan|euros?|bucks){_R}", re.IGNORECASE)),
+    ("amount", _compile(rf"{_L}{_NUM}[万亿](?![{_COUNTERS}])")),
+    ("amount", _compile(rf"{_ZH_NUM}(?:万|亿)?{_CURRENCY_WORDS}")),
+    ("amount", _compile(rf"[一二两三四五六七八九十][{_ZH_DIGIT}百千]*[万亿](?![{_COUNTERS}])")),
+    ("percent", _compile(rf"{_L}{_NUM}\s?(?:%|‰|percent\b|pct\b)")),
+    ("percent", _compile(rf"百分之[{_ZH_DIGIT}百点]+")),
+    (
+        "duration",
+        _compile(
+            rf"{_L}{_NUM}\s?(?:毫秒|秒钟|秒|分钟|个小时|小时|个钟头|个月|天|周|个星期|星期|个工作日|工作日)"
+        ),
+    ),
+    ("duration", _compile(rf"{_L}\d{{1,3}}\s?年(?![\d级])")),
+    (
+        "duration",
+        _compile(
+            rf"{_L}{_NUM}\s?(?:ms|milliseconds?|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?|"
+            rf"months?|years?){_R}",
+            re.IGNORECASE,
+        ),
+    ),
+    ("duration", _compile(rf"(?:{_ZH_NUM}|半)个?(?:秒钟|分钟|小时|钟头|天|周|星期|个月|工作日)")),
+    ("version", _compile(r"(?<![A-Za-z0-9_.])[vV]\d+(?:\.\d+){0,3}(?:-[0-9A-Za-z.]+)?(?![\w.]*\d)")),
+    ("version", _compile(r"(?<![\w.])\d+\.\d+\.\d+(?:\.\d+)?(?:-[0-9A-Za-z.]+)?(?![\w.])")),
+    (
+        "version",
+        _compile(
+            r"(?:python|node|java|go|php|ruby|rust|mysql|postgres(?:ql)?|redis|milvus|版本|version|ver\.?)"
+            r"\s?(?:号|为|是|:)?\s?(?P<v>\d+\.\d+)(?![\d.])",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "id",
+        _compile(
+            r"(?<![A-Za-z0-9_-])(?=[A-Za-z0-9_-]*\d)[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+(?![A-Za-z0-9_-])"
+        ),
+    ),
+    ("id", _compile(r"(?<![A-Za-z0-9_])#\d{3,}(?!\d)")),
+    ("id", _compile(r"(?<![A-Za-z0-9_])[A-Z]{1,8}\d{3,}[A-Z0-9]*(?![A-Za-z0-9_])")),
+    ("id", _compile(r"(?<![A-Za-z0-9_])(?=[a-f0-9]*[a-f])(?=[a-f0-9]*\d)[a-f0-9]{7,64}(?![A-Za-z0-9_])")),
+    ("account", _compile(r"(?<!\d)\d{4}(?:[ -]\d{4}){2,3}(?:[ -]?\d{1,3})?(?!\d)")),
+    ("account", _compile(r"(?<![\d.])\d{6,}(?![\d.])")),
+    ("number", _compile(r"(?P<k>[A-Za-z_][A-Za-z0-9_]*)\s?(?:=|:|：)\s?(?P<v>-?\d+(?:\.\d+)?)(?![\d.])")),
+    (
+        "number",
+        _compile(
+            rf"{_L}{_NUM}\s?(?:[KMGT]i?B|tokens?|[{_COUNTERS}]|倍|折|度|℃|°C|km|kg|公里|公斤|米|克|字节|像素|px){_R}"
+        ),
+    ),
+    ("number", _compile(rf"(?<![\d.]){_NUM}(?![\d])")),
+]
+
+# Label keywords: (label, pattern, where) — where is "before", "after" or "both" relative to the value.
+_LABELS: list[tuple[str, re.Pattern[str], str]] = [
+    ("订单号", re.compile(r"订单号?|单号"), "before"),
+    ("order", re.compile(r"\border(?:\s?(?:id|no\.?|number))?\b", re.IGNORECASE), "before"),
+    ("工单号", re.compile(r"工单号?"), "before"),
+    ("ticket", re.compile(r"\bticket\b", re.IGNORECASE), "before"),
+    ("卡号", re.compile(r"卡号|银行卡|信用卡"), "before"),
+    ("card", re.compile(r"\bcard\b", re.IGNORECASE), "before"),
+    ("账户", re.compile(r"账户|帐户"), "before"),
+    ("账号", re.compile(r"账号|帐号"), "before"),
+    ("account", re.compile(r"\baccount\b", re.IGNORECASE), "before"),
+    ("手机号", re.compile(r"手机号?码?|电话号?码?|联系方式"), "before"),
+    ("phone", re.compile(r"\b(?:phone|mobile|tel)\b", re.IGNORECASE), "before"),
+    ("邮箱", re.compile(r"邮箱|邮件地址"), "before"),
+    ("email", re.compile(r"\be-?mail\b", re.IGNORECASE), "before"),
+    ("超时", re.compile(r"超时"), "both"),
+    ("timeout", re.compile(r"\btime-?out\b", re.IGNORECASE), "both"),
+    ("重试", re.compile(r"重试"), "before"),
+    ("retries", re.compile(r"\bretr(?:y|ies)\b", re.IGNORECASE), "before"),
+    ("阈值", re.compile(r"阈值"), "before"),
+    ("threshold", re.compile(r"\bthreshold\b", re.IGNORECASE), "before"),
+    ("预算", re.compile(r"预算"), "before"),
+    ("budget", re.compile(r"\bbudget\b", re.IGNORECASE), "before"),
+    ("价格", re.compile(r"价格|单价|售价|报价"), "before"),
+    ("price", re.compile(r"\b(?:price|cost)\b", re.IGNORECASE), "before"),
+    ("金额", re.compile(r"金额|余额|费用|总额"), "before"),
+    ("折扣", re.compile(r"折扣|优惠"), "before"),
+    ("版本", re.compile(r"版本"), "before"),
+    ("version", re.compile(r"\bversion\b", re.IGNORECASE), "before"),
+    ("截止日期", re.compile(r"截止|最晚|deadline|due", re.IGNORECASE), "before"),
+    ("截止日期", re.compile(r"^\s?(?:之前|以前|前)"), "after"),
+    ("deadline", re.compile(r"\b(?:by|before)\s?$", re.IGNORECASE), "before"),
+    ("温度", re.compile(r"温度"), "before"),
+    ("temperature", re.compile(r"\btemperature\b", re.IGNORECASE), "before"),
+]
+_ID_LABELS = {"订单号", "order", "工单号", "ticket"}
+_CLAUSE_BREAK = re.compile(r"[，,。；;！!？?\n]")
+_WINDOW = 16
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_DIGITS = "0123456789"
+_SPACES = re.compile(r"\s+")  # Unicode whitespace, including the ideographic space
+
+
+def extract_key_numbers(text: str) -> list[KeyNumber]:
+    """Return the key values of text in order of first appearance, deduplicated by value."""
+    folded = text.translate(_FOLD)
+    spans = _select_spans(_candidates(folded))
+    found: list[KeyNumber] = []
+    seen: set[str] = set()
+    covered = _covered([text[start:end] for start, end, _ in spans])
+    for index, (start, end, kind) in enumerate(spans):
+        value = text[start:end]
+        if value in seen or value in covered:
+            continue
+        seen.add(value)
+        previous_end = spans[index - 1][1] if index else 0
+        next_start = spans[index + 1][0] if index + 1 < len(spans) else len(text)
+        label = _label(text, start, end, previous_end, next_start) or kind
+        found.append(KeyNumber(kind=_refine_kind(kind, label), value=value, label=label))
+    return found
+
+
+def _covered(values: list[str]) -> set[str]:
+    """Return the values that already appear inside a longer value ("2025" in "2025-03-17")."""
+    canonical = {value: _canonical(value) for value in dict.fromkeys(values)}
+    covered = set()
+    for value, needle in canonical.items():
+        for other, haystack in canonical.items():
+            if other != value and needle in haystack and value_present(value, other):
+                covered.add(value)
+                break
+    return covered
+
+
+def _candidates(folded: str) -> list[tuple[int, int, int, str]]:
+    """Return every pattern match as (start, end, priority, kind)."""
+    found = []
+    for priority, (kind, pattern) in enumerate(_PATTERNS):
+        for match in pattern.finditer(folded):
+            start, end = match.span("v") if "v" in pattern.groupindex else match.span()
+            start, end = _trim(folded, start, end)
+            if end > start and _clean_edges(folded, start, end):
+                found.append((start, end, priority, kind))
+    return found
+
+
+def _clean_edges(folded: str, start: int, end: int) -> bool:
+    """Return False when a span starts or ends inside a longer number ("a-0" in "a-0.0")."""
+    first, last = folded[start], folded[end - 1]
+    before, after, after_next = folded[start - 1 : start], folded[end : end + 1], folded[end + 1 : end + 2]
+    if first in _DIGITS and before and before in _DIGITS + ".":
+        return False
+    if (
+        last in _DIGITS
+        and after
+        and (after in _DIGITS or (after == "." and after_next and after_next in _DIGITS))
+    ):
+        return False
+    return True
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """Return the span without surrounding whitespace."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _select_spans(candidates: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
+    """Keep the longest non-overlapping matches (earlier patterns win ties), in text order."""
+    chosen: list[tuple[int, int, str]] = []
+    for start, end, _, kind in sorted(candidates, key=lambda c: (c[0] - c[1], c[2], c[0])):
+        if all(end <= other_start or start >= other_end for other_start, other_end, _ in chosen):
+            chosen.append((start, end, kind))
+    return sorted(chosen)
+
+
+def _label(text: str, start: int, end: int, previous_end: int, next_start: int) -> str | None:
+    """Return the label named by the words around a value, or None."""
+    before = _clause_tail(text[max(previous_end, start - _WINDOW) : start])
+    after = _clause_head(text[end : min(next_start, end + _WINDOW)])
+    best: tuple[int, str] | None = None
+    for label, pattern, where in _LABELS:
+        if where in ("before", "both"):
+            for match in pattern.finditer(before):
+                distance = len(before) - match.end()
+                if best is None or distance < best[0]:
+                    best = (distance, label)
+        if where in ("after", "both") and best is None:
+            match = pattern.search(after)
+            if match and (where == "after" or match.start() <= 2):
+                best = (_WINDOW + match.start(), label)
+    if best is None:
+        return _parameter_name(text, start)
+    return best[1]
+
+
+def _clause_tail(text: str) -> str:
+    """Return the part of text after the last clause break."""
+    parts = _CLAUSE_BREAK.split(text)
+    return parts[-1]
+
+
+def _clause_head(text: str) -> str:
+    """Return the part of text before the first clause break."""
+    return _CLAUSE_BREAK.split(text, maxsplit=1)[0]
+
+
+_PARAMETER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s?(?:=|:|：)\s?$")
+
+
+def _parameter_name(text: str, start: int) -> str | None:
+    """Return the name in "name=value" right before start, or None."""
+    match = _PARAMETER.search(text[max(0, start - 40) : start])
+    return match.group(1) if match else None
+
+
+def _refine_kind(kind: str, label: str) -> str:
+    """Return "id" for digit runs that the nearby words call an order or ticket number."""
+    if kind in ("account", "number") and label in _ID_LABELS:
+        return "id"
+    return kind
+
+
+def _canonical(text: str) -> str:
+    """Fold width and drop thousands separators."""
+    return _THOUSANDS.sub("", text.translate(_FOLD).replace("￥", "¥"))
+
+
+def value_present(value: str, text: str) -> bool:
+    """Return True when value is in text, ignoring whitespace, full-width digits and thousands separators."""
+    needle = _SPACES.sub("", _canonical(value))
+    if not needle:
+        return True
+    # Whitespace may appear between any two characters ("12 万"), but it never joins two numbers.
+    body = r"\s*".join(re.escape(char) for char in needle)
+    # A number must not match inside a longer number: "3" is not present in "30" or "3.5".
+    left = r"(?<![\d.])" if needle[0].isdigit() else ""
+    right = r"(?!\d|\.\d)" if needle[-1].isdigit() else ""
+    return re.search(left + body + right, _canonical(text), re.ASCII) is not None
