@@ -14,11 +14,24 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(PY) server.py
 
-test: $(VENV)/.installed
+# Dify's plugin SDK (dify_plugin 0.10.2) and workflow engine (graphon) need Python 3.12; the integration
+# tests run them in subprocesses from this second environment. Override PYTHON312 if 3.12 lives elsewhere.
+PYTHON312 ?= $(HOME)/.pyenv/versions/3.12.1/bin/python
+VENV312 ?= .venv312
+PY312 := $(VENV312)/bin/python
+
+$(VENV312)/.installed: tests/py312/requirements.txt
+	$(PYTHON312) -m venv $(VENV312)
+	printf '*\n' > $(VENV312)/.gitignore
+	$(PY312) -m pip install --quiet -r tests/py312/requirements.txt
+	$(PY312) -m pip install --quiet --no-deps graphon==0.8.0
+	touch $@
+
+test: $(VENV)/.installed $(VENV312)/.installed
 	$(PY) -m pytest
 
 schemas: $(VENV)/.installed
 	$(PY) -m common.openapi
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VENV312) .pytest_cache

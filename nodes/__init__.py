@@ -1,4 +1,4 @@
-"""The node registry: name -> NodeSpec. Each node lives in its own module and exports NODE."""
+"""The node registry: name -> NodeSpec. A node module exports NODE (or NODES for a small family)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ NODE_MODULES = (
     "nodes.compact",
     "nodes.memory_write",
     "nodes.memory_retrieve",
+    "nodes.assemble",
+    "nodes.record_turn",
+    "nodes.sessions",
 )
 
 
 def all_nodes() -> dict[str, NodeSpec]:
     """Return every node keyed by its route name."""
-    specs = [importlib.import_module(module).NODE for module in NODE_MODULES]
+    specs: list[NodeSpec] = []
+    for name in NODE_MODULES:
+        module = importlib.import_module(name)
+        specs += list(getattr(module, "NODES", None) or [module.NODE])
     return {spec.name: spec for spec in specs}

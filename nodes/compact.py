@@ -111,7 +111,10 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
         outcome = compact_turns([m for t in to_compact for m in t.messages], state.segments,
                                 segment_size=options.segment_size, max_segments=options.max_segments,
                                 engine=options.engine, chat=chat, tokenizer=tokenizer)
-    archived = archive_turns(repository(deps), deps.tenant, namespace, to_compact) if persist_archive and namespace else []
+    # Turns recorded through record_turn were archived verbatim when they arrived.
+    unarchived = [t for t in to_compact if t.number > state.archived_turn]
+    archived = (archive_turns(repository(deps), deps.tenant, namespace, unarchived)
+                if persist_archive and namespace and unarchived else [])
     kept = [m for t in old[len(to_compact):] + recent for m in t.messages]
     new_state = state.model_copy(update={"buffer": kept, "segments": outcome.segments})
     return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)

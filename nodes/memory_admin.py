@@ -89,11 +89,11 @@ def delete_memory(memory_id: str, deps: Deps) -> DeleteResponse:
 
 
 def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteResponse:
-    """Delete every memory of a namespace (and, when wired, its session state)."""
+    """Delete every memory of a namespace and, unless narrowed to a user, its session state."""
     memories = repository(deps)
     where = namespace_filter(deps.tenant, request.agent_id, request.session_id, request.user_id)
     count = memories.count(deps.tenant, where)
     memories.delete_namespace(deps.tenant, request.agent_id, request.session_id, request.user_id)
-    for hook in deps.providers.get("on_namespace_delete", []):
-        hook(deps.tenant, request)
+    if not request.user_id:  # sessions belong to agent + session; a user-narrowed delete leaves them
+        deps.providers["sessions"].delete(deps.tenant, request.agent_id, request.session_id)
     return DeleteResponse(deleted=count)

@@ -81,6 +81,8 @@ def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
         candidates = memories.search(deps.tenant, request.query, where, limit=request.top_k * CANDIDATE_FACTOR)
+    # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
+    candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours
     scored = score_all(candidates, half_life, time.time() * 1000)
     kept = [m for m in scored if m.score >= request.min_score]

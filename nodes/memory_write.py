@@ -8,7 +8,7 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from common.deps import Deps
 from common.errors import ValidationError
-from common.models import Memory, MemoryKind, MessageList, Namespace, NodeResponse, Scope, StrictModel, parse_json_string
+from common.models import Memory, MemoryKind, Message, MessageList, Namespace, NodeResponse, Scope, StrictModel, parse_json_string
 from nodes.spec import Description, NodeSpec
 from storage.memories import MemoryRepository, kinds_filter, live_filter, new_memory_id, scope_filter
 from text.events import extract_events
@@ -78,7 +78,7 @@ class MemoryWriteResponse(NodeResponse):
 def run(request: MemoryWriteRequest, deps: Deps) -> MemoryWriteResponse:
     """Write every item (explicit, then extracted), deduplicating and superseding by key."""
     memories = repository(deps)
-    extracted = extracted_items(request) if request.extract else []
+    extracted = extracted_items(request.messages) if request.extract else []
     if not request.items and not (request.extract and request.messages):
         raise ValidationError("nothing to write: give items, or messages with extract: true")
     results = []
@@ -99,10 +99,10 @@ def repository(deps: Deps) -> MemoryRepository:
     return repo
 
 
-def extracted_items(request: MemoryWriteRequest) -> list[MemoryItem]:
+def extracted_items(messages: list[Message]) -> list[MemoryItem]:
     """Return the memory items that rule-based event extraction finds in the messages."""
     items = []
-    for message in request.messages:
+    for message in messages:
         if message.role not in ("user", "assistant"):
             continue
         for event in extract_events(message.content, role=message.role):

@@ -112,8 +112,9 @@ class MilvusStore(MemoryStore):
     def _probe_templates(self, collection: str) -> bool:
         """Return True when the server evaluates filter_params templates (Milvus >= 2.5; Lite 3 does not)."""
         try:
-            self._require().query(collection, filter="id == {probe}", filter_params={"probe": "-"},
-                                  output_fields=["id"], limit=1)
+            with _quiet("pymilvus.decorators"):
+                self._require().query(collection, filter="id == {probe}", filter_params={"probe": "-"},
+                                      output_fields=["id"], limit=1)
             return True
         except MilvusException:
             return False

@@ -34,6 +34,7 @@ class SessionState(StrictModel):
     turn: int = Field(default=0, description="Number of the last recorded turn.")
     buffer: list[Message] = Field(default_factory=list, description="Recent turns not yet compacted, verbatim.")
     segments: list[Segment] = Field(default_factory=list, description="Compacted working state, oldest first.")
+    archived_turn: int = Field(default=0, description="Raw messages of turns up to this one are archived.")
     reason: str = Field(default="", description="What produced this version.")
     created_at: int = 0
 

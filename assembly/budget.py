@@ -1,0 +1,41 @@
+"""Budget ratios per layer, phase presets, and how a token budget is split between layers."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from common.models import StrictModel
+
+# Fill order when one layer leaves budget unused: facts before chatter.
+FLOW_ORDER = ("working", "memory", "history")
+
+
+class BudgetRatios(StrictModel):
+    """Share of max_tokens per layer (seed 000 §5.2: 15 / 50 / 25 / 10)."""
+
+    system: float = Field(default=0.15, ge=0, le=1, description="Identity / system prompt.")
+    immediate: float = Field(default=0.50, ge=0, le=1, description="Recent turns and the user input.")
+    working: float = Field(default=0.25, ge=0, le=1, description="Structured working state (segments).")
+    persistent: float = Field(default=0.10, ge=0, le=1, description="Retrieved memories and knowledge.")
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> BudgetRatios:
+        if self.immediate + self.working + self.persistent <= 0:
+            raise ValueError("immediate, working and persistent ratios cannot all be 0")
+        return self
+
+
+# Seed 000 §7.1: requirement gathering favours the working state, execution the recent turns,
+# closing the long-term memory.
+PHASES: dict[str, BudgetRatios] = {
+    "requirement": BudgetRatios(system=0.15, immediate=0.35, working=0.40, persistent=0.10),
+    "execution": BudgetRatios(system=0.15, immediate=0.55, working=0.20, persistent=0.10),
+    "closing": BudgetRatios(system=0.15, immediate=0.30, working=0.25, persistent=0.30),
+}
+
+
+def layer_shares(available: int, ratios: BudgetRatios) -> dict[str, int]:
+    """Split what is left after identity and user input between memory, working and history."""
+    weights = {"memory": ratios.persistent, "working": ratios.working, "history": ratios.immediate}
+    total = sum(weights.values())
+    return {layer: int(available * weight / total) for layer, weight in weights.items()}

@@ -1,0 +1,71 @@
+"""The current view of stored state: what a later value superseded is kept in storage, not served.
+
+Compaction keeps every number (an earlier "超时 30秒" stays in key_numbers as "超时（此前）"), and
+archived raw turns keep everything verbatim. A context, though, must not serve a superseded value
+without the current one, so assembly filters them out here.
+"""
+
+from __future__ import annotations
+
+from common.models import Memory, Namespace, Segment
+from compaction.key_numbers import EARLIER_SUFFIX
+from compaction.render import render_segment
+from compaction.state import working_state
+from storage.base import Filter
+from storage.memories import MemoryRepository, scope_filter
+from text.numbers import extract_key_numbers, value_present
+
+_EARLIER = tuple(EARLIER_SUFFIX.values())
+
+
+def stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) -> set[str]:
+    """Return values that superseded memories stated and their successors no longer do."""
+    where = scope_filter(namespace).and_(Filter("valid_to > 0"))
+    old = memories.list(tenant, where, limit=500)
+    if not old:
+        return set()
+    successors = {m.superseded_by for m in old if m.superseded_by}
+    live = {m.id: m for m in memories.list(tenant, Filter("id in {succ}", {"succ": sorted(successors)}), limit=500)}
+    stale: set[str] = set()
+    for memory in old:
+        successor = live.get(memory.superseded_by or "")
+        current_text = successor.content if successor else ""
+        stale |= {n.value for n in extract_key_numbers(memory.content) if not value_present(n.value, current_text)}
+    return stale
+
+
+def mentions_stale(text: str, stale: set[str]) -> bool:
+    """Return True when text states a superseded value."""
+    return any(value_present(value, text) for value in stale)
+
+
+def current_segment(segment: Segment, stale: set[str]) -> Segment:
+    """Return the segment without earlier-labelled numbers and statements of superseded values."""
+    def keep(text: str) -> bool:
+        return not mentions_stale(text, stale)
+
+    numbers = {label: value for label, value in segment.key_numbers.items()
+               if not label.endswith(_EARLIER) and value not in stale}
+    return segment.model_copy(update={
+        "constraints": [c for c in segment.constraints if keep(c)], "done": [d for d in segment.done if keep(d)],
+        "todo": [t for t in segment.todo if keep(t)], "facts": [f for f in segment.facts if keep(f)],
+        "decisions": [d for d in segment.decisions if keep(d.decision)], "key_numbers": numbers,
+    })
+
+
+def current_segments(segments: list[Segment], stale: set[str], language: str) -> list[Segment]:
+    """Return every segment in its current view, re-rendered (carried goal/constraints shown once)."""
+    views = [current_segment(s, stale) for s in segments]
+    rendered = []
+    for index, view in enumerate(views):
+        inherited = working_state(views[:index]) if index else None
+        rendered.append(view.model_copy(update={"text": render_segment(view, language, inherited)}))
+    return rendered
+
+
+def current_memories(found: list[Memory], stale: set[str]) -> tuple[list[Memory], list[Memory]]:
+    """Split memories into (served, withheld): whatever states a superseded value is withheld."""
+    served, withheld = [], []
+    for memory in found:
+        (withheld if mentions_stale(memory.content, stale) else served).append(memory)
+    return served, withheld

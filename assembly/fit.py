@@ -1,0 +1,83 @@
+"""Fit candidate items into a layer's token budget, exactly, by the configured tokenizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.models import Message
+from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
+
+
+@dataclass
+class Item:
+    """One candidate line (or turn) of a layer.
+
+    `variants` are the texts to try, richest first (a segment in full, then brief); `order` decides
+    where a chosen item is shown; the list position of an item is its priority.
+    """
+
+    key: str
+    variants: list[str]
+    order: tuple[Any, ...]
+    source: dict[str, Any] | None = None
+    messages: list[Message] = field(default_factory=list)
+    chosen: str = ""
+
+
+@dataclass
+class Fitted:
+    """What a layer kept and what it had to drop."""
+
+    items: list[Item]
+    dropped: list[tuple[Item, int]]
+    tokens: int
+
+
+def text_layer_cost(texts: list[str], tokenizer: Tokenizer) -> int:
+    """Return what a layer rendered as one system message costs (0 when empty)."""
+    if not texts:
+        return 0
+    return MESSAGE_OVERHEAD_TOKENS + tokenizer.count("\n".join(texts))
+
+
+def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> Fitted:
+    """Greedily keep items in priority order, each in its richest variant that still fits."""
+    kept: list[Item] = []
+    dropped: list[tuple[Item, int]] = []
+    # Joining lines never costs more than the lines plus one token per newline, so the running sum
+    # is a safe upper bound; the exact count is taken once at the end.
+    used = MESSAGE_OVERHEAD_TOKENS
+    for item in candidates:
+        costs = [(variant, tokenizer.count(variant) + 1) for variant in item.variants]
+        fitting = next(((v, c) for v, c in costs if used + c <= budget), None)
+        if fitting is None:
+            dropped.append((item, costs[-1][1] if costs else 0))
+            continue
+        item.chosen, cost = fitting
+        kept.append(item)
+        used += cost
+    kept.sort(key=lambda k: k.order)
+    exact = text_layer_cost([k.chosen for k in kept], tokenizer)
+    while kept and exact > budget:  # the bound held in every case seen; this keeps the guarantee if not
+        last = max(kept, key=candidates.index)  # the lowest-priority item goes first
+        kept.remove(last)
+        dropped.append((last, tokenizer.count(last.chosen)))
+        exact = text_layer_cost([k.chosen for k in kept], tokenizer)
+    return Fitted(kept, dropped, exact)
+
+
+def fit_message_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> Fitted:
+    """Keep whole items (turns) in priority order while their messages fit; a turn is never split."""
+    kept: list[Item] = []
+    dropped: list[tuple[Item, int]] = []
+    used = 0
+    for item in candidates:
+        cost = sum(tokenizer.count_message(m) for m in item.messages)
+        if used + cost <= budget:
+            kept.append(item)
+            used += cost
+        else:
+            dropped.append((item, cost))
+    kept.sort(key=lambda k: k.order)
+    return Fitted(kept, dropped, used)

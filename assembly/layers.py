@@ -1,0 +1,95 @@
+"""Candidate items of each layer: memories, knowledge, segments and recent turns."""
+
+from __future__ import annotations
+
+from common.models import Memory, Message, Segment
+from compaction.render import LABELS, render_decision, render_header
+from compaction.segments import group_turns
+from assembly.fit import Item
+from nodes.memory_retrieve import render_memories
+from text.similarity import normalise, shingles
+
+KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
+
+
+def memory_items(memories: list[Memory], language: str) -> list[Item]:
+    """Return one tagged line per memory, in the given (ranked) order; repeated texts appear once."""
+    items, seen = [], set()
+    for rank, memory in enumerate(memories):
+        text = normalise(memory.content)
+        if text in seen:
+            continue
+        seen.add(text)
+        source = {"id": memory.id, "kind": memory.kind, "layer": "memory", "turn_range": memory.turn_range,
+                  "meta": memory.meta}
+        items.append(Item(key=memory.id, variants=[render_memories([memory], language)], order=(0, rank),
+                          source=source))
+    return items
+
+
+def note_items(lines: list[str], language: str, *, kind: str) -> list[Item]:
+    """Return caller-supplied lines (explicit memories or knowledge), tagged."""
+    tag = KNOWLEDGE_TAG[language] if kind == "knowledge" else ("[来自记忆]" if language == "zh" else "[from memory]")
+    return [Item(key=f"{kind}-{i}", variants=[f"{tag} {line.strip()}"], order=(1 if kind == "knowledge" else 0, i),
+                 source={"id": f"{kind}-{i}", "kind": kind, "layer": "memory", "turn_range": None, "meta": {}})
+            for i, line in enumerate(lines) if line.strip()]
+
+
+def brief_segment(segment: Segment, language: str) -> str:
+    """Return a segment's skeleton (the rolling summary): no done/todo lists, everything else kept."""
+    lang = "zh" if language == "zh" else "en"
+    labels, separator = LABELS[lang], "；" if lang == "zh" else "; "
+    parts = []
+    if segment.goal:
+        parts.append(f"{labels['goal']}: {segment.goal}")
+    if segment.constraints:
+        parts.append(f"{labels['constraints']}: {separator.join(segment.constraints)}")
+    if segment.decisions:
+        parts.append(f"{labels['decisions']}: {separator.join(render_decision(d, lang) for d in segment.decisions)}")
+    if segment.facts:
+        parts.append(f"{labels['facts']}: {separator.join(segment.facts)}")
+    if segment.key_numbers:
+        numbers = ", ".join(f"{k}={v}" for k, v in segment.key_numbers.items())
+        parts.append(f"{labels['key_numbers']}: {numbers}")
+    return f"{render_header(segment.turn_range, lang)} " + " | ".join(parts)
+
+
+def relevance(query: str, text: str) -> float:
+    """Return the share of the query's character bigrams found in text (0 when the query is empty)."""
+    wanted = shingles(query)
+    return len(wanted & shingles(text)) / len(wanted) if wanted else 0.0
+
+
+def segment_items(segments: list[Segment], query: str, language: str, *, brief_only: bool) -> list[Item]:
+    """Return segments newest first, then by relevance to the query; each full, then brief."""
+    scored = [(relevance(query, s.text), index, s) for index, s in enumerate(segments)]
+    newest = len(segments) - 1
+    scored.sort(key=lambda t: (t[1] != newest, -t[0], -t[1]))
+    items = []
+    for _, index, segment in scored:
+        brief = brief_segment(segment, language)
+        variants = [brief] if brief_only else [segment.text or brief, brief]
+        source = {"id": segment.id, "kind": "segment", "layer": "working", "turn_range": segment.turn_range,
+                  "meta": {}}
+        items.append(Item(key=segment.id, variants=list(dict.fromkeys(variants)), order=(index,), source=source))
+    return items
+
+
+def turn_items(messages: list[Message]) -> list[Item]:
+    """Return whole turns, newest first (priority); tool calls and their results stay together."""
+    turns = group_turns([m for m in messages if m.role != "system"])
+    items = []
+    for turn in reversed(turns):
+        metas = [m.meta for m in turn.messages if m.meta]
+        source = {"id": f"turn-{turn.number}", "kind": "turn", "layer": "history",
+                  "turn_range": [turn.number, turn.number], "meta": turn_meta(metas)}
+        items.append(Item(key=f"turn-{turn.number}", variants=[], order=(turn.number,), source=source,
+                          messages=turn.messages))
+    return items
+
+
+def turn_meta(metas: list[dict[str, object]]) -> dict[str, object]:
+    """Return a turn's provenance: its one message meta, or every message's when several carry one."""
+    if not metas:
+        return {}
+    return metas[0] if len(metas) == 1 else {"messages": metas}

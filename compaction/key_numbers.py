@@ -1,0 +1,84 @@
+"""Label bookkeeping for key_numbers maps: unique labels, unions, and marking superseded values."""
+
+from __future__ import annotations
+
+import re
+
+from compaction.similarity import topic_key
+from text.numbers import KINDS, value_present
+
+EARLIER_SUFFIX = {"zh": "（此前）", "en": " (earlier)"}
+_NUMBER_SUFFIX = re.compile(r"\s\d+$")
+
+
+def unique_label(numbers: dict[str, str], label: str) -> str:
+    """Return label, or its base + " 2", " 3" … whichever is not yet taken."""
+    wanted = label.strip() or "number"
+    if wanted not in numbers:
+        return wanted
+    base = _NUMBER_SUFFIX.sub("", wanted)
+    suffix = 2
+    while f"{base} {suffix}" in numbers:
+        suffix += 1
+    return f"{base} {suffix}"
+
+
+def add_key_number(numbers: dict[str, str], label: str, value: str) -> str | None:
+    """Add value under a unique label unless the value is already there; return the label used."""
+    if value in numbers.values():
+        return None
+    unique = unique_label(numbers, label)
+    numbers[unique] = value
+    return unique
+
+
+def union_pairs(mappings: list[dict[str, str]]) -> list[tuple[str, str]]:
+    """Return the (label, value) pairs of several maps: each value once, collision suffixes (" 2") dropped."""
+    pairs: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for mapping in mappings:
+        for label, value in mapping.items():
+            if value not in seen:
+                seen.add(value)
+                pairs.append((_NUMBER_SUFFIX.sub("", label) or label, value))
+    return pairs
+
+
+def mark_earlier(
+    pairs: list[tuple[str, str]], superseded: list[str], current: list[str], language: str
+) -> list[tuple[str, str]]:
+    """Relabel values that only superseded statements mention as earlier ones ("超时（此前）").
+
+    A generic label (the value's kind, e.g. "duration") is replaced by the statement's topic.
+    """
+    suffix = EARLIER_SUFFIX["zh" if language == "zh" else "en"]
+    result: list[tuple[str, str]] = []
+    for label, value in pairs:
+        old_text = next((text for text in superseded if value_present(value, text)), None)
+        if (
+            old_text
+            and not label.endswith(suffix)
+            and not any(value_present(value, text) for text in current)
+        ):
+            base = _NUMBER_SUFFIX.sub("", label)
+            # A kind name ("duration") says little; the superseded statement's topic says what it was.
+            label = ((topic_key(old_text) or base) if base in KINDS else base) + suffix
+        result.append((label, value))
+    return result
+
+
+def build_key_numbers(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Return {label: value} from pairs, values deduplicated, current labels before earlier ones."""
+    ordered = sorted(pairs, key=lambda pair: pair[0].endswith(tuple(EARLIER_SUFFIX.values())))
+    numbers: dict[str, str] = {}
+    for label, value in ordered:
+        add_key_number(numbers, label, value)
+    # Keep the conversation's order in the result; only the label assignment used the priority.
+    return {
+        label: numbers[label]
+        for label in sorted(numbers, key=lambda name: _first_index(pairs, numbers[name]))
+    }
+
+
+def _first_index(pairs: list[tuple[str, str]], value: str) -> int:
+    return next(index for index, pair in enumerate(pairs) if pair[1] == value)

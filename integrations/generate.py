@@ -1,0 +1,331 @@
+"""Generate the Dify plugin declarations and the Coze import files from the node models.
+
+`python -m common.openapi` writes these along with schemas/ (see `integration_files`), and the schema
+staleness test fails when they drift from the models, so a new node field reaches Dify and Coze the same day.
+Only the words people read (labels in two languages) are written by hand, in the tables below.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.openapi import PACK, build_openapi
+from nodes.spec import NodeSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_DIR = ROOT / "integrations" / "dify_plugin"
+COZE_DIR = ROOT / "integrations" / "coze"
+# The daemon wants lowercase [a-z0-9_-] for author and name; these match PACK.
+AUTHOR = PACK["author"]
+PLUGIN_NAME = PACK["name"]
+# A fixed timestamp keeps the generated manifest byte-stable; bump it with the version.
+CREATED_AT = "2026-01-01T00:00:00Z"
+# Coze refuses IP addresses as plugin URLs; users replace this with their own domain before importing.
+COZE_SERVER = "https://acn.example.com"
+
+# The context nodes a builder drops into a workflow; session administration stays on the HTTP API.
+TOOL_NODES = ("edit_context", "compact", "memory_write", "memory_retrieve", "assemble", "record_turn")
+TOOL_LABELS = {
+    "edit_context": ("Edit Context", "编辑上下文"),
+    "compact": ("Compact", "压缩上下文"),
+    "memory_write": ("Memory Write", "写入记忆"),
+    "memory_retrieve": ("Memory Retrieve", "检索记忆"),
+    "assemble": ("Assemble Context", "组装上下文"),
+    "record_turn": ("Record Turn", "记录本轮对话"),
+}
+# Secrets and optimistic-concurrency knobs are not tool parameters: the server's settings cover them.
+HIDDEN_PARAMETERS = {"llm", "expected_version", "half_life_hours"}
+# Wired to workflow variables (or filled by an agent's LLM); everything else is node configuration.
+LLM_FORM = {"agent_id", "session_id", "user_id", "messages", "query", "user_input", "system_prompt", "items",
+            "working_summary", "memories", "knowledge", "key"}
+PARAMETER_LABELS = {
+    "agent_id": ("Agent ID", "智能体 ID"),
+    "session_id": ("Session ID", "会话 ID"),
+    "user_id": ("User ID", "用户 ID"),
+    "messages": ("Messages (JSON)", "消息列表（JSON）"),
+    "rules": ("Edit rules (JSON)", "编辑规则（JSON）"),
+    "protect_last": ("Protected last turns", "保护最近轮数"),
+    "context_window": ("Context window", "上下文窗口"),
+    "trigger_ratio": ("Trigger ratio", "触发比例"),
+    "segment_size": ("Turns per segment", "每段轮数"),
+    "keep_recent": ("Recent turns kept", "保留最近轮数"),
+    "max_segments": ("Max segments", "最多段数"),
+    "engine": ("Engine", "压缩引擎"),
+    "force": ("Force", "强制压缩"),
+    "persist": ("Persist", "保存结果"),
+    "items": ("Items (JSON)", "记忆条目（JSON）"),
+    "extract": ("Extract events", "抽取事件"),
+    "dedupe_threshold": ("Dedupe threshold", "去重阈值"),
+    "redact_pii": ("Redact personal data", "脱敏个人信息"),
+    "query": ("Query", "查询"),
+    "kinds": ("Kinds (JSON)", "记忆类型（JSON）"),
+    "scopes": ("Scopes (JSON)", "作用域（JSON）"),
+    "top_k": ("Top K", "返回条数"),
+    "max_item_tokens": ("Max tokens per memory", "每条记忆最多 token"),
+    "min_score": ("Min score", "最低分"),
+    "trigger": ("Trigger", "触发方式"),
+    "key": ("Key", "键"),
+    "include_superseded": ("Include superseded", "包含已取代"),
+    "language": ("Language", "语言"),
+    "max_tokens": ("Max tokens", "最大 token 数"),
+    "system_prompt": ("System prompt", "系统提示词"),
+    "user_input": ("User input", "用户输入"),
+    "working_summary": ("Working summary", "工作摘要"),
+    "memories": ("Memories (JSON)", "记忆（JSON）"),
+    "knowledge": ("Knowledge (JSON)", "知识（JSON）"),
+    "mode": ("Mode", "组装模式"),
+    "budget": ("Budget ratios (JSON)", "预算比例（JSON）"),
+    "phase": ("Phase", "阶段"),
+    "archive_top_k": ("Archived turns top K", "原话检索条数"),
+    "edit": ("Edit buffer", "编辑缓冲区"),
+    "compact": ("Compact when triggered", "触发时压缩"),
+    "compaction": ("Compaction options (JSON)", "压缩选项（JSON）"),
+}
+# Outputs that are message lists also come as one JSON string, ready for the next node's `messages` input.
+JSON_TWINS = ("messages", "recent_messages")
+
+
+def tool_nodes(nodes: dict[str, NodeSpec]) -> list[NodeSpec]:
+    """Return the nodes that become Dify tools, in manifest order."""
+    return [spec for name, spec in nodes.items() if name in TOOL_NODES]
+
+
+def integration_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
+    """Return every generated integration file's path and exact text."""
+    files = dify_plugin_files(nodes)
+    files.update(coze_files(nodes))
+    return files
+
+
+# -- Dify plugin -----------------------------------------------------------------------------
+
+
+def dify_plugin_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
+    """Return the plugin manifest, provider and one YAML + one class per tool."""
+    specs = tool_nodes(nodes)
+    files = {PLUGIN_DIR / "manifest.yaml": _yaml(plugin_manifest()),
+             PLUGIN_DIR / "provider" / f"{PLUGIN_NAME}.yaml": _yaml(provider_declaration(specs))}
+    for spec in specs:
+        files[PLUGIN_DIR / "tools" / f"{spec.name}.yaml"] = _yaml(tool_declaration(spec))
+        files[PLUGIN_DIR / "tools" / f"{spec.name}.py"] = tool_source(spec)
+    return files
+
+
+def plugin_manifest() -> dict[str, Any]:
+    """Return the plugin manifest.yaml (fields per dify-plugin-daemon's PluginDeclaration)."""
+    return {
+        "version": PACK["version"],
+        "type": "plugin",
+        "author": AUTHOR,
+        "name": PLUGIN_NAME,
+        "label": PACK["label"],
+        "description": PACK["description"],
+        "icon": "icon.svg",
+        "resource": {"memory": 268435456, "permission": {"tool": {"enabled": True}}},
+        "plugins": {"tools": [f"provider/{PLUGIN_NAME}.yaml"]},
+        "meta": {"version": "0.0.1", "arch": ["amd64", "arm64"],
+                 "runner": {"language": "python", "version": "3.12", "entrypoint": "main"},
+                 "minimum_dify_version": "1.0.0"},
+        "created_at": CREATED_AT,
+        "privacy": "PRIVACY.md",
+        "tags": ["agent", "productivity", "utilities"],
+        "verified": False,
+    }
+
+
+def provider_declaration(specs: list[NodeSpec]) -> dict[str, Any]:
+    """Return the one tool provider: identity, server credentials, the tool list."""
+    return {
+        "identity": {"author": AUTHOR, "name": PLUGIN_NAME, "label": PACK["label"],
+                     "description": PACK["description"], "icon": "icon.svg",
+                     "tags": ["productivity", "utilities"]},
+        "credentials_for_provider": {
+            "base_url": {
+                "type": "text-input", "required": True,
+                "label": {"en_US": "Server base URL", "zh_Hans": "服务地址"},
+                "placeholder": {"en_US": "http://agent-context-nodes:8000"},
+                "help": {"en_US": "Where the Agent Context Nodes server listens, as seen from the plugin daemon.",
+                         "zh_Hans": "插件守护进程访问 Agent Context Nodes 服务的地址。"},
+            },
+            "api_key": {
+                "type": "secret-input", "required": False,
+                "label": {"en_US": "API key", "zh_Hans": "API 密钥"},
+                "placeholder": {"en_US": "One of the keys in the server's ACN_API_KEYS"},
+                "help": {"en_US": "Sent as 'Authorization: Bearer <key>'; leave empty if the server has no keys.",
+                         "zh_Hans": "以 'Authorization: Bearer <key>' 发送；服务未配置密钥时留空。"},
+            },
+        },
+        "tools": [f"tools/{spec.name}.yaml" for spec in specs],
+        "extra": {"python": {"source": f"provider/{PLUGIN_NAME}.py"}},
+    }
+
+
+def tool_declaration(spec: NodeSpec) -> dict[str, Any]:
+    """Return one tool's YAML: labels, descriptions, parameters from the request model, typed outputs."""
+    label_en, label_zh = TOOL_LABELS[spec.name]
+    return {
+        "identity": {"name": spec.name, "author": AUTHOR, "label": {"en_US": label_en, "zh_Hans": label_zh}},
+        "description": {"human": {"en_US": spec.description.human_en, "zh_Hans": spec.description.human_zh},
+                        "llm": spec.description.llm_en},
+        "parameters": tool_parameters(spec),
+        "output_schema": output_schema(spec),
+        "extra": {"python": {"source": f"tools/{spec.name}.py"}},
+    }
+
+
+def tool_parameters(spec: NodeSpec) -> list[dict[str, Any]]:
+    """Return Dify parameters for the request model's top-level fields (objects and lists as JSON strings)."""
+    schema = spec.request_model.model_json_schema(mode="validation")
+    required = set(schema.get("required", []))
+    parameters = []
+    for name, prop in schema["properties"].items():
+        if name in HIDDEN_PARAMETERS:
+            continue
+        if name not in PARAMETER_LABELS:
+            raise KeyError(f"integrations/generate.py: add labels for {spec.name}.{name} to PARAMETER_LABELS")
+        parameters.append(tool_parameter(name, prop, name in required, schema.get("$defs", {})))
+    return parameters
+
+
+def tool_parameter(name: str, prop: dict[str, Any], required: bool, defs: dict[str, Any]) -> dict[str, Any]:
+    """Return one Dify ToolParameter for a JSON-schema property."""
+    label_en, label_zh = PARAMETER_LABELS[name]
+    inner = _non_null(prop, defs)
+    description = prop.get("description") or inner.get("description") or label_en
+    parameter: dict[str, Any] = {"name": name, "type": "string", "required": required,
+                                 "form": "llm" if name in LLM_FORM else "form",
+                                 "label": {"en_US": label_en, "zh_Hans": label_zh},
+                                 "human_description": {"en_US": description}, "llm_description": description}
+    kind = inner.get("type")
+    if "enum" in inner:
+        parameter["type"] = "select"
+        parameter["options"] = [{"value": v, "label": {"en_US": str(v)}} for v in inner["enum"]]
+    elif kind in ("integer", "number"):
+        parameter["type"] = "number"
+        if kind == "number":
+            parameter["precision"] = 2
+        if "minimum" in inner:
+            parameter["min"] = inner["minimum"]
+        if "maximum" in inner:
+            parameter["max"] = inner["maximum"]
+    elif kind == "boolean":
+        parameter["type"] = "boolean"
+    elif kind in ("array", "object"):
+        parameter["llm_description"] = f"{description} Pass a JSON string."
+    if prop.get("default") is not None and not isinstance(prop["default"], (list, dict)):
+        parameter["default"] = prop["default"]
+    return parameter
+
+
+def output_schema(spec: NodeSpec) -> dict[str, Any]:
+    """Return the output_schema whose properties become typed workflow variables of the tool node."""
+    schema = spec.response_model.model_json_schema(mode="serialization")
+    defs = schema.get("$defs", {})
+    properties: dict[str, Any] = {}
+    for name, prop in schema["properties"].items():
+        if name == "ok":
+            continue
+        inner = _non_null(prop, defs)
+        kind = inner.get("type", "object")
+        entry: dict[str, Any] = {"type": kind}
+        if kind == "array":
+            item = _non_null(inner.get("items", {}), defs)
+            entry["items"] = {"type": item.get("type", "object")}
+        if prop.get("description") or inner.get("description"):
+            entry["description"] = prop.get("description") or inner.get("description")
+        properties[name] = entry
+        if name in JSON_TWINS:
+            properties[f"{name}_json"] = {"type": "string", "description": f"`{name}` as one JSON string."}
+    return {"type": "object", "properties": properties}
+
+
+def _non_null(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Return the schema without its null branch, with a top-level $ref resolved."""
+    if "anyOf" in prop:
+        rest = [p for p in prop["anyOf"] if p.get("type") != "null"]
+        prop = rest[0] if len(rest) == 1 else {"type": "string"}
+    if "$ref" in prop:
+        return defs[prop["$ref"].split("/")[-1]]
+    return prop
+
+
+def tool_source(spec: NodeSpec) -> str:
+    """Return the tool's Python class: one Tool subclass per file, as the SDK's loader requires."""
+    class_name = "".join(part.title() for part in spec.name.split("_")) + "Tool"
+    return f'''"""Dify tool {spec.name}: POST /v1/nodes/{spec.name} on the Agent Context Nodes server (generated)."""
+
+from collections.abc import Generator
+from typing import Any
+
+from dify_plugin import Tool
+from dify_plugin.entities.tool import ToolInvokeMessage
+
+from acn_client import invoke_node
+
+
+class {class_name}(Tool):
+    def _invoke(self, tool_parameters: dict[str, Any]) -> Generator[ToolInvokeMessage, None, None]:
+        yield from invoke_node(self, "{spec.name}", tool_parameters)
+'''
+
+
+# -- Coze ------------------------------------------------------------------------------------
+
+
+def coze_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
+    """Return the Coze plugin manifest and the OpenAPI document of the context nodes."""
+    specs = {spec.name: spec for spec in tool_nodes(nodes)}
+    document = build_openapi(specs, server_url=COZE_SERVER)
+    document["paths"] = {path: item for path, item in document["paths"].items() if path.startswith("/v1/nodes/")}
+    used = _referenced_components(document)
+    document["components"]["schemas"] = {k: v for k, v in document["components"]["schemas"].items() if k in used}
+    header = ("# Generated by `python -m common.openapi`: do not edit by hand.\n"
+              f"# Replace {COZE_SERVER} by your server's domain (Coze accepts no IP addresses) before importing.\n")
+    return {COZE_DIR / "openapi.yaml": header + _yaml(document),
+            COZE_DIR / "ai_plugin.json": json.dumps(coze_manifest(), ensure_ascii=False, indent=2) + "\n"}
+
+
+def coze_manifest() -> dict[str, Any]:
+    """Return the ai_plugin manifest (coze-studio PluginManifest) with service-token auth."""
+    payload = {"key": "Authorization", "service_token": "Bearer <one of ACN_API_KEYS>", "location": "Header"}
+    return {
+        "schema_version": "v1",
+        "name_for_model": PLUGIN_NAME,
+        "name_for_human": PACK["label"]["en_US"],
+        "description_for_model": PACK["description"]["en_US"],
+        "description_for_human": PACK["description"]["zh_Hans"],
+        "auth": {"type": "service_http", "sub_type": "token/api_key",
+                 "payload": json.dumps(payload, ensure_ascii=False)},
+        "logo_url": "",
+        "api": {"type": "openapi"},
+        "common_params": {"header": [{"name": "User-Agent", "value": "Coze/1.0"}],
+                          "query": [], "path": [], "body": []},
+    }
+
+
+def _referenced_components(document: dict[str, Any]) -> set[str]:
+    """Return the component schema names reachable from the paths (and the Error schema)."""
+    schemas = document["components"]["schemas"]
+    found: set[str] = set()
+    pending = [document["paths"]]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            ref = value.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+                name = ref.rsplit("/", 1)[-1]
+                if name not in found:
+                    found.add(name)
+                    pending.append(schemas[name])
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return found
+
+
+def _yaml(data: Any) -> str:
+    return yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=110)

@@ -1,0 +1,271 @@
+"""Assemble: layered context under a hard token budget, in snapshot / focused / streaming / auto modes."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+
+from assembly.current import current_memories, current_segments, stale_values
+from assembly.budget import FLOW_ORDER, PHASES, BudgetRatios, layer_shares
+from assembly.fit import Fitted, Item, fit_message_items, fit_text_items
+from assembly.layers import memory_items, note_items, segment_items, turn_items
+from common.deps import Deps
+from common.errors import ValidationError
+from common.models import Language, Memory, Message, MessageList, Namespace, NodeResponse, StrictModel, parse_json_string
+from nodes.memory_retrieve import MemoryRetrieveRequest, rank
+from nodes.spec import Description, NodeSpec
+from storage.memories import kinds_filter, live_filter, scope_filter
+from storage.sessions import SessionRepository, SessionState
+from text.lang import detect_language
+
+Mode = Literal["snapshot", "focused", "streaming", "auto"]
+# Planning-type inputs want the whole working state in view (seed 004 §6).
+_PLANNING = re.compile(r"计划|规划|方案|步骤|总结|回顾|进度|整体|全部|接下来|下一步|目标|清单|"
+                       r"\b(plan|steps|summary|summari[sz]e|overall|progress|next steps?|status|recap|overview)\b",
+                       re.IGNORECASE)
+STATE_KINDS = ["identity", "constraint", "preference", "decision"]
+LAYERS = ("system", "memory", "working", "history", "user_input")
+
+
+class AssembleRequest(Namespace):
+    """Build the context for one model call."""
+
+    max_tokens: int = Field(default=4000, ge=16, le=2_000_000, description="Hard budget for the whole context.")
+    system_prompt: str = Field(default="", max_length=200_000, description="Identity / system layer; never dropped.")
+    user_input: str = Field(default="", max_length=200_000, description="The new user message; never dropped.")
+    messages: MessageList | None = Field(default=None, max_length=5000,
+                                         description="Recent turns; default: the session buffer.")
+    working_summary: str | None = Field(default=None, max_length=200_000,
+                                        description="Working state text; default: the session's segments.")
+    memories: Annotated[list[str] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Memory lines to inject instead of retrieving.")
+    knowledge: Annotated[list[str] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Knowledge snippets (FAQ, rules) for the memory layer.")
+    mode: Mode = Field(default="auto", description="snapshot | focused | streaming | auto.")
+    budget: BudgetRatios | None = Field(default=None, description="Layer ratios; default 15/50/25/10.")
+    phase: Literal["requirement", "execution", "closing"] | None = Field(
+        default=None, description="Phase preset for the ratios (overrides budget).")
+    top_k: int = Field(default=5, ge=0, le=50, description="Memories retrieved for the input (focused mode).")
+    archive_top_k: int = Field(default=3, ge=0, le=50,
+                               description="Archived raw turns retrieved verbatim for the input (focused mode).")
+    language: Language | None = Field(default=None, description="Language of tags; default: the input's.")
+
+
+class Dropped(StrictModel):
+    layer: str
+    id: str
+    kind: str
+    reason: str
+    tokens: int
+
+
+class Source(StrictModel):
+    id: str
+    kind: str
+    layer: str
+    turn_range: list[int] | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Tokens(StrictModel):
+    total: int
+    budget: int
+    by_layer: dict[str, int]
+
+
+class AssembleResponse(NodeResponse):
+    mode: str = Field(description="The mode used (auto resolves to snapshot or focused).")
+    messages: list[Message]
+    system_text: str = Field(description="System prompt, memory and working state in one string.")
+    memory_text: str
+    working_text: str
+    history_text: str
+    prompt: str = Field(description="Everything as one string, for nodes that take a single prompt.")
+    tokens: Tokens
+    dropped: list[Dropped]
+    sources: list[Source]
+
+
+def run(request: AssembleRequest, deps: Deps) -> AssembleResponse:
+    """Assemble the layers in order: identity, memory, working state, recent turns, user input."""
+    tokenizer = deps.tokenizer
+    language = request.language or detect_language(request.user_input or request.system_prompt)
+    mode = resolve_mode(request.mode, request.user_input)
+    state = session_state(request, deps)
+    history = request.messages if request.messages is not None else state.buffer
+    system_messages = fixed_system(request, history)
+    user = [Message(role="user", content=request.user_input)] if request.user_input else []
+    fixed = sum(tokenizer.count_message(m) for m in [*system_messages, *user])
+    if fixed > request.max_tokens:
+        raise ValidationError(f"system prompt and user input alone need {fixed} tokens; max_tokens is "
+                              f"{request.max_tokens}", [f"max_tokens: at least {fixed} needed"])
+    stale = stale_values(deps.providers["memories"], deps.tenant, request)
+    candidates, withheld = layer_candidates(request, deps, state, history, mode, language, stale)
+    fitted = fit_layers(candidates, request.max_tokens - fixed, ratios(request), deps)
+    return build_response(request, mode, system_messages, user, fitted, withheld, deps)
+
+
+def resolve_mode(mode: Mode, user_input: str) -> str:
+    """Return the concrete mode: auto is snapshot for planning-type inputs, focused otherwise."""
+    if mode != "auto":
+        return mode
+    return "snapshot" if _PLANNING.search(user_input) else "focused"
+
+
+def ratios(request: AssembleRequest) -> BudgetRatios:
+    """Return the layer ratios: phase preset, explicit budget, or the defaults."""
+    if request.phase:
+        return PHASES[request.phase]
+    return request.budget or BudgetRatios()
+
+
+def session_state(request: AssembleRequest, deps: Deps) -> SessionState:
+    """Return the session's latest state when the request does not bring its own history and summary."""
+    if request.messages is not None and request.working_summary is not None:
+        return SessionState()
+    sessions: SessionRepository = deps.providers["sessions"]
+    return sessions.head(deps.tenant, request)
+
+
+def fixed_system(request: AssembleRequest, history: list[Message]) -> list[Message]:
+    """Return the identity layer: the system prompt plus any system messages found in the history."""
+    texts = [request.system_prompt] + [m.content for m in history if m.role == "system"]
+    text = "\n\n".join(t for t in texts if t.strip())
+    return [Message(role="system", content=text)] if text else []
+
+
+def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, history: list[Message],
+                     mode: str, language: str, stale: set[str]) -> tuple[dict[str, list[Item]], list[Dropped]]:
+    """Return each layer's candidate items in priority order, and what is withheld as superseded."""
+    working: list[Item]
+    if request.working_summary is not None:
+        text = request.working_summary.strip()
+        working = [Item(key="working_summary", variants=[text], order=(0,),
+                        source={"id": "working_summary", "kind": "summary", "layer": "working"})] if text else []
+    else:
+        working = segment_items(current_segments(state.segments, stale, language), request.user_input, language,
+                                brief_only=mode == "streaming")
+    in_history = {m.turn for m in history if m.turn is not None}
+    found = [m for m in memory_candidates(request, deps, mode)
+             if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in in_history)]
+    served, stale_memories = current_memories(found, stale)
+    memory = memory_items(served, language) if request.memories is None else note_items(request.memories, language,
+                                                                                          kind="memory")
+    memory += note_items(request.knowledge or [], language, kind="knowledge")
+    withheld = [Dropped(layer="memory", id=m.id, kind=m.kind, reason="states a value superseded later",
+                        tokens=deps.tokenizer.count(m.content)) for m in stale_memories]
+    return {"memory": memory, "working": working, "history": turn_items(history)}, withheld
+
+
+def memory_candidates(request: AssembleRequest, deps: Deps, mode: str) -> list[Memory]:
+    """Return stored memories for the layer: standing state (snapshot), or retrieval for the input (focused)."""
+    if request.memories is not None or mode == "streaming":
+        return []
+    found: list[Memory] = []
+    if mode == "snapshot":
+        found += standing_memories(request, deps)
+    if request.user_input.strip() and request.top_k:
+        found += retrieve(request, deps, kinds=None, top_k=request.top_k)
+    if mode == "focused" and request.user_input.strip() and request.archive_top_k:
+        found += retrieve(request, deps, kinds=["turn"], top_k=request.archive_top_k)
+    return list({m.id: m for m in found}.values())
+
+
+def standing_memories(request: AssembleRequest, deps: Deps) -> list[Memory]:
+    """Return identity, constraints, preferences and decisions in force, most important first."""
+    where = scope_filter(request).and_(live_filter(False)).and_(kinds_filter(STATE_KINDS, exclude_turns=False))
+    found = deps.providers["memories"].list(deps.tenant, where, limit=200)
+    return sorted(found, key=lambda m: (-m.importance, -m.updated_at))
+
+
+def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[str] | None, top_k: int) -> list[Memory]:
+    """Return memories ranked for the user input (scored exactly as memory_retrieve does)."""
+    query = MemoryRetrieveRequest(agent_id=request.agent_id, session_id=request.session_id,
+                                  user_id=request.user_id, query=request.user_input, kinds=kinds, top_k=top_k)
+    return [Memory(**m.model_dump(exclude={"score", "score_parts"})) for m in rank(query, deps)[:top_k]]
+
+
+def fit_layers(candidates: dict[str, list[Item]], available: int, budget: BudgetRatios,
+               deps: Deps) -> dict[str, Fitted]:
+    """Fit each layer into its share, then let unused budget flow to the layers that want more."""
+    shares = layer_shares(available, budget)
+    fitted = {layer: fit(layer, candidates[layer], shares[layer], deps) for layer in FLOW_ORDER}
+    for layer in FLOW_ORDER:
+        spare = available - sum(f.tokens for f in fitted.values())
+        if spare > 0 and fitted[layer].dropped:
+            fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare, deps)
+    return fitted
+
+
+def fit(layer: str, items: list[Item], budget: int, deps: Deps) -> Fitted:
+    """Fit one layer: history by whole turns, the others line by line."""
+    if layer == "history":
+        return fit_message_items(items, budget, deps.tokenizer)
+    return fit_text_items(items, budget, deps.tokenizer)
+
+
+def build_response(request: AssembleRequest, mode: str, system_messages: list[Message], user: list[Message],
+                   fitted: dict[str, Fitted], withheld: list[Dropped], deps: Deps) -> AssembleResponse:
+    """Render the layers into messages and strings, and count what each costs."""
+    memory_text = "\n".join(item.chosen for item in fitted["memory"].items)
+    working_lines = [item.chosen for item in fitted["working"].items]
+    working_text = "\n".join(working_lines)
+    history = [m for item in fitted["history"].items for m in item.messages]
+    layer_messages = {
+        "system": system_messages,
+        "memory": [Message(role="system", content=memory_text)] if memory_text else [],
+        "working": [Message(role="system", content=working_text)] if working_text else [],
+        "history": history,
+        "user_input": user,
+    }
+    messages = [m for layer in LAYERS for m in layer_messages[layer]]
+    by_layer = {layer: sum(deps.tokenizer.count_message(m) for m in layer_messages[layer]) for layer in LAYERS}
+    system_text = "\n\n".join(t for t in (system_messages[0].content if system_messages else "", memory_text,
+                                          working_text) if t)
+    history_text = "\n".join(f"{m.role}: {m.content}" for m in history if m.content)
+    prompt = "\n\n".join(t for t in (system_text, history_text, f"user: {request.user_input}"
+                                     if request.user_input else "") if t)
+    return AssembleResponse(
+        mode=mode, messages=[strip_meta(m) for m in messages], system_text=system_text, memory_text=memory_text,
+        working_text=working_text, history_text=history_text, prompt=prompt,
+        tokens=Tokens(total=sum(by_layer.values()), budget=request.max_tokens, by_layer=by_layer),
+        dropped=withheld + dropped_list(fitted), sources=sources_list(fitted),
+    )
+
+
+def strip_meta(message: Message) -> Message:
+    """Return the message as an LLM takes it (provenance lives in `sources`)."""
+    return message.model_copy(update={"meta": {}})
+
+
+def dropped_list(fitted: dict[str, Fitted]) -> list[Dropped]:
+    """Return every candidate that did not fit, with the reason."""
+    return [Dropped(layer=layer, id=item.key, kind=(item.source or {}).get("kind", layer),
+                    reason="over the layer's token budget", tokens=tokens)
+            for layer, result in fitted.items() for item, tokens in result.dropped]
+
+
+def sources_list(fitted: dict[str, Fitted]) -> list[Source]:
+    """Return the provenance of everything that made it in."""
+    return [Source(**item.source) for layer in ("memory", "working", "history")
+            for item in fitted[layer].items if item.source]
+
+
+NODE = NodeSpec(
+    name="assemble",
+    request_model=AssembleRequest,
+    response_model=AssembleResponse,
+    run=run,
+    summary="Assemble a layered context under a hard token budget",
+    description=Description(
+        human_en="Build the context for the next model call: identity, retrieved memory (tagged), working state, "
+                 "recent turns and the user input, within max_tokens. Modes: snapshot, focused, streaming, auto.",
+        human_zh="为下一次模型调用组装上下文：身份、检索到的记忆（带来源）、工作状态、最近轮次和用户输入，总量不超过 "
+                 "max_tokens。模式：快照、聚焦、流式、自动。",
+        llm_en="Get the messages (or a single prompt) to send to the model for this turn, with the earlier "
+               "facts that matter already included and the token budget respected.",
+        llm_zh="获取本轮要发给模型的 messages（或单个 prompt），其中已包含相关的早期事实，且不超出 token 预算。",
+    ),
+)

@@ -1,0 +1,140 @@
+"""record_turn: append a turn, archive it verbatim, edit the buffer, extract memories, compact if due."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+
+from common.deps import Deps
+from common.errors import ConflictError
+from common.models import Message, MessageList, Namespace, NodeResponse, StrictModel
+from nodes.compact import CompactOptions, CompactStats, archive_turns, compact_state
+from nodes.edit_context import Edit, EditContextRequest, EditRules, _parse_object
+from nodes.edit_context import run as edit_context
+from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_item
+from nodes.spec import Description, NodeSpec
+from storage.sessions import SessionRepository, SessionState
+from compaction.segments import group_turns
+from text.pii import redact_pii
+
+
+class RecordTurnRequest(Namespace):
+    """The new messages of one turn (user, assistant, tool), to add to the session."""
+
+    messages: MessageList = Field(min_length=1, max_length=500)
+    expected_version: int | None = Field(default=None, ge=0, description="409 if the session moved on.")
+    edit: bool = Field(default=True, description="Edit the buffer by `rules` (pleasantries, duplicates, tool output).")
+    rules: Annotated[EditRules, BeforeValidator(_parse_object)] = Field(default_factory=EditRules)
+    protect_last: int = Field(default=2, ge=0, le=1000, description="Turns the edit never touches.")
+    extract: bool = Field(default=True, description="Write memory events found in the new messages.")
+    dedupe_threshold: float = Field(default=0.9, ge=0.5, le=1.0)
+    redact_pii: bool = Field(default=False, description="Mask personal data in memories and the buffer.")
+    compact: bool = Field(default=True, description="Compact when the trigger is reached.")
+    compaction: Annotated[CompactOptions, BeforeValidator(_parse_object)] = Field(default_factory=CompactOptions)
+
+
+class CompactionSummary(StrictModel):
+    compacted: bool
+    reason: str
+    segments: int
+    stats: CompactStats
+    archived_ids: list[str]
+    engine_used: str
+    fallback_reason: str | None = None
+
+
+class RecordTurnResponse(NodeResponse):
+    version: int = Field(description="The session's new version.")
+    turn: int = Field(description="Number of the turn just recorded.")
+    buffer_messages: int
+    buffer_tokens: int
+    archived_ids: list[str] = Field(description="The raw messages of this call, archived as `turn` memories.")
+    edits: list[Edit]
+    memories: list[WriteResult]
+    compaction: CompactionSummary
+
+
+def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
+    """Record one turn under the session lock; a stale expected_version changes nothing (409)."""
+    sessions: SessionRepository = deps.providers["sessions"]
+    with sessions.locked(deps.tenant, request):
+        state = sessions.head(deps.tenant, request)
+        if request.expected_version is not None and request.expected_version != state.version:
+            raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
+                                "reload and retry")
+        incoming = numbered(request.messages, state.turn, request.redact_pii)
+        archived = archive_turns(repository(deps), deps.tenant, request, group_turns(incoming, state.turn + 1))
+        buffer, edits = edited_buffer(request, [*state.buffer, *incoming], deps)
+        turn = max(m.turn or 0 for m in incoming)
+        state = state.model_copy(update={"buffer": buffer, "turn": turn, "archived_turn": turn})
+        memories = write_memories(request, incoming, deps) if request.extract else []
+        state, compaction = maybe_compact(request, state, deps)
+        saved = sessions.commit(deps.tenant, request, state, reason="record_turn")
+    tokens = sum(deps.tokenizer.count_message(m) for m in saved.buffer)
+    return RecordTurnResponse(version=saved.version, turn=turn, buffer_messages=len(saved.buffer),
+                              buffer_tokens=tokens, archived_ids=archived, edits=edits, memories=memories,
+                              compaction=compaction)
+
+
+def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Message]:
+    """Return the messages with turn numbers: a user message opens the next turn, others join it."""
+    turn = max(last_turn, 0)
+    result = []
+    for message in messages:
+        if message.role == "user" or turn == 0:
+            turn = max(turn + 1, message.turn or 0)
+        content = redact_pii(message.content)[0] if redact else message.content
+        result.append(message.model_copy(update={"turn": turn, "content": content}))
+    return result
+
+
+def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps) -> tuple[list[Message], list[Edit]]:
+    """Return the buffer after the edit rules (the raw messages are already archived)."""
+    if not request.edit:
+        return buffer, []
+    edited = edit_context(EditContextRequest(messages=buffer, rules=request.rules,
+                                             protect_last=request.protect_last), deps)
+    return edited.messages, edited.edits
+
+
+def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps) -> list[WriteResult]:
+    """Write the events extracted from the new messages, deduplicated against what is stored."""
+    memories = repository(deps)
+    items: list[MemoryItem] = extracted_items(incoming)
+    with memories.namespace_lock(deps.tenant, request):
+        return [write_item(memories, deps.tenant, request, item, request.dedupe_threshold) for item in items]
+
+
+def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -> tuple[SessionState,
+                                                                                       CompactionSummary]:
+    """Compact the buffer when the trigger is reached; archives already exist, so none are written."""
+    if not request.compact:
+        stats = CompactStats(tokens_before=0, tokens_after=0, ratio=1.0, numbers_in_source=0, numbers_preserved=0,
+                             numbers_restored=0)
+        return state, CompactionSummary(compacted=False, reason="disabled", segments=len(state.segments),
+                                        stats=stats, archived_ids=[], engine_used="none")
+    new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
+                                        namespace=request)
+    return new_state, CompactionSummary(compacted=response.compacted, reason=response.reason,
+                                        segments=len(new_state.segments), stats=response.stats,
+                                        archived_ids=response.archived_ids, engine_used=response.engine_used,
+                                        fallback_reason=response.fallback_reason)
+
+
+NODE = NodeSpec(
+    name="record_turn",
+    request_model=RecordTurnRequest,
+    response_model=RecordTurnResponse,
+    run=run,
+    summary="Record a turn: archive, edit, extract memories, compact when due",
+    description=Description(
+        human_en="The one-call convenience after each model reply: appends the turn to the session, archives it "
+                 "verbatim, edits the buffer, writes memory events and compacts when the trigger is reached. "
+                 "A minimal chat loop is assemble → LLM → record_turn.",
+        human_zh="每轮模型回复后调用一次：把本轮追加到会话、原文归档、编辑缓冲区、写入记忆事件，达到阈值时自动压缩。"
+                 "最小对话循环：assemble → LLM → record_turn。",
+        llm_en="Save this turn's user, assistant and tool messages so later turns remember them.",
+        llm_zh="保存本轮的用户、助手和工具消息，让之后的轮次记得它们。",
+    ),
+)

@@ -1,0 +1,106 @@
+"""Session nodes: read the working state, list its versions, roll back to one."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from common.deps import Deps
+from common.models import Message, Namespace, NodeResponse, Segment
+from compaction.render import render_working_summary
+from nodes.spec import Description, NodeSpec
+from storage.sessions import SessionRepository, SessionState, VersionInfo
+
+
+class SessionStateRequest(Namespace):
+    """Which session, and optionally which version (default: the latest)."""
+
+    version: int | None = Field(default=None, ge=1, description="A kept version; default the latest.")
+
+
+class SessionStateResponse(NodeResponse):
+    version: int
+    turn: int
+    buffer: list[Message]
+    segments: list[Segment]
+    working_summary: str
+    reason: str
+    created_at: int
+
+
+class SessionVersionsResponse(NodeResponse):
+    versions: list[VersionInfo]
+    latest: int
+
+
+class SessionRollbackRequest(Namespace):
+    """Make an earlier version the current state again (as a new version: history is never rewritten)."""
+
+    version: int = Field(ge=1, description="The version to restore.")
+    expected_version: int | None = Field(default=None, ge=0, description="409 if the session moved on.")
+
+
+def state_response(state: SessionState) -> SessionStateResponse:
+    return SessionStateResponse(version=state.version, turn=state.turn, buffer=state.buffer, segments=state.segments,
+                                working_summary=render_working_summary(state.segments), reason=state.reason,
+                                created_at=state.created_at)
+
+
+def run_state(request: SessionStateRequest, deps: Deps) -> SessionStateResponse:
+    """Return the session's working state at a version."""
+    sessions: SessionRepository = deps.providers["sessions"]
+    if request.version is None:
+        return state_response(sessions.head(deps.tenant, request))
+    return state_response(sessions.read(deps.tenant, request, request.version))
+
+
+def run_versions(request: Namespace, deps: Deps) -> SessionVersionsResponse:
+    """Return the kept versions of a session, oldest first."""
+    sessions: SessionRepository = deps.providers["sessions"]
+    versions = sessions.versions(deps.tenant, request)
+    return SessionVersionsResponse(versions=versions, latest=versions[-1].version if versions else 0)
+
+
+def run_rollback(request: SessionRollbackRequest, deps: Deps) -> SessionStateResponse:
+    """Commit the chosen version's state as the newest version."""
+    sessions: SessionRepository = deps.providers["sessions"]
+    with sessions.locked(deps.tenant, request):
+        chosen = sessions.read(deps.tenant, request, request.version)
+        saved = sessions.commit(deps.tenant, request, chosen, reason=f"rollback to v{request.version}",
+                                expected_version=request.expected_version)
+    return state_response(saved)
+
+
+class SessionVersionsRequest(Namespace):
+    """Which session."""
+
+
+NODES = (
+    NodeSpec(
+        name="session_state", request_model=SessionStateRequest, response_model=SessionStateResponse, run=run_state,
+        summary="Read a session's working state (buffer and segments) at a version",
+        description=Description(
+            human_en="The session's recent turns and compacted segments, at the latest or a given version.",
+            human_zh="会话的最近轮次和压缩分段，可取最新版本或指定版本。",
+            llm_en="Read what the session currently holds (recent messages and summaries).",
+            llm_zh="读取会话当前保存的内容（最近消息和摘要）。"),
+    ),
+    NodeSpec(
+        name="session_versions", request_model=SessionVersionsRequest, response_model=SessionVersionsResponse,
+        run=run_versions, summary="List the kept versions of a session's working state",
+        description=Description(
+            human_en="Every change of the working state is a version: when, why, how many turns and segments.",
+            human_zh="工作状态的每次变更都是一个版本：时间、原因、轮次数和分段数。",
+            llm_en="List the saved versions of this session's state, for rollback.",
+            llm_zh="列出本会话状态的已保存版本，用于回滚。"),
+    ),
+    NodeSpec(
+        name="session_rollback", request_model=SessionRollbackRequest, response_model=SessionStateResponse,
+        run=run_rollback, summary="Roll a session's working state back to an earlier version",
+        description=Description(
+            human_en="Restore the buffer and segments of an earlier version as a new version (a checkpoint "
+                     "reload). Memories written since stay; delete them separately if needed.",
+            human_zh="把某个早期版本的缓冲区和分段恢复为新版本（读档）。期间写入的记忆保留，如需删除请单独操作。",
+            llm_en="Go back to an earlier checkpoint of the session's state.",
+            llm_zh="回到会话状态的某个早期检查点。"),
+    ),
+)
