@@ -189,10 +189,18 @@ def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[str] | None, t
 
 def fit_layers(candidates: dict[str, list[Item]], available: int, budget: BudgetRatios,
                deps: Deps) -> dict[str, Fitted]:
-    """Fit each layer into its share, then let unused budget flow to the layers that want more."""
+    """Fit each layer into its share; unused budget flows to the layers that want more, by their ratios."""
     shares = layer_shares(available, budget)
     fitted = {layer: fit(layer, candidates[layer], shares[layer], deps) for layer in FLOW_ORDER}
-    for layer in FLOW_ORDER:
+    spare = available - sum(f.tokens for f in fitted.values())
+    wanting = [layer for layer in FLOW_ORDER if fitted[layer].dropped]
+    if spare > 0 and wanting:
+        extra = layer_shares(spare, budget)
+        weights = {layer: extra[layer] for layer in wanting}
+        total = sum(weights.values()) or 1
+        for layer in wanting:
+            fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare * weights[layer] // total, deps)
+    for layer in FLOW_ORDER:  # whatever is still left (rounding, items that did not fit) goes in order
         spare = available - sum(f.tokens for f in fitted.values())
         if spare > 0 and fitted[layer].dropped:
             fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare, deps)

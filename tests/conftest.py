@@ -20,6 +20,8 @@ from flask.testing import FlaskClient
 from common.settings import Settings
 from server import create_app
 
+pytest_plugins = ["tests.fake_llm"]
+
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
 
