@@ -1,0 +1,30 @@
+"""The README documents every setting and every node, and keeps the two quick-start commands."""
+
+from __future__ import annotations
+
+import re
+
+from common.openapi import ROOT
+from common.settings import Settings
+from nodes import all_nodes
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_setting_is_documented() -> None:
+    missing = [f"ACN_{name.upper()}" for name in Settings.model_fields if f"`ACN_{name.upper()}`" not in README]
+    assert missing == []
+
+
+def test_every_node_is_documented() -> None:
+    missing = [name for name in all_nodes() if f"`{name}`" not in README]
+    assert missing == []
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_test_one() -> None:
+    quick = README.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in quick.strip().splitlines()]
+    assert commands == ["make run", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"^make test$", ci, re.MULTILINE)
+    assert "## 中文快速上手" in README
