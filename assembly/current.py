@@ -21,11 +21,11 @@ _EARLIER = tuple(EARLIER_SUFFIX.values())
 def stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) -> set[str]:
     """Return values that superseded memories stated and their successors no longer do."""
     where = scope_filter(namespace).and_(Filter("valid_to > 0"))
-    old = memories.list(tenant, where, limit=500)
+    old = memories.find(tenant, where, limit=500)
     if not old:
         return set()
     successors = {m.superseded_by for m in old if m.superseded_by}
-    live = {m.id: m for m in memories.list(tenant, Filter("id in {succ}", {"succ": sorted(successors)}), limit=500)}
+    live = {m.id: m for m in memories.find(tenant, Filter("id in {succ}", {"succ": sorted(successors)}), limit=500)}
     stale: set[str] = set()
     for memory in old:
         successor = live.get(memory.superseded_by or "")
@@ -65,7 +65,8 @@ def current_segments(segments: list[Segment], stale: set[str], language: str) ->
 
 def current_memories(found: list[Memory], stale: set[str]) -> tuple[list[Memory], list[Memory]]:
     """Split memories into (served, withheld): whatever states a superseded value is withheld."""
-    served, withheld = [], []
+    served: list[Memory] = []
+    withheld: list[Memory] = []
     for memory in found:
         (withheld if mentions_stale(memory.content, stale) else served).append(memory)
     return served, withheld

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from assembly.fit import Item
 from common.models import Memory, Message, Segment
 from compaction.render import LABELS, render_decision, render_header
 from compaction.segments import group_turns
-from assembly.fit import Item
 from nodes.memory_retrieve import render_memories
 from text.similarity import normalise, shingles
 

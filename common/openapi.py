@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = ROOT / "schemas"
 MANIFEST = ROOT / "manifest.yaml"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
-PACK = {
+PACK: dict[str, Any] = {
     "name": "agent_context_nodes",
     "version": "0.1.0",
     "author": "agent-context-nodes",

@@ -12,8 +12,8 @@ from common.settings import Settings
 from providers.embedders import load_embedder
 from providers.openai_chat import ChatClient
 from storage.memories import MemoryRepository
-from storage.sessions import SessionRepository
 from storage.milvus import MilvusStore
+from storage.sessions import SessionRepository
 from text.tokens import Tokenizer, load_tokenizer
 
 log = logging.getLogger("acn.runtime")

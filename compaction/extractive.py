@@ -22,7 +22,8 @@ from compaction.rules import (
     split_reason,
 )
 from compaction.segments import Turn, user_sentences
-from compaction.similarity import dedupe_keep_latest, numbers_of, same_topic, similarity
+from compaction.similarity import dedupe_keep_latest, numbers_of, same_topic
+from text.similarity import similarity
 from compaction.state import WorkingState, carry_constraints
 from text.numbers import KeyNumber, extract_key_numbers
 from text.pleasantries import is_pleasantry

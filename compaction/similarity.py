@@ -1,15 +1,15 @@
-"""Near-duplicate and same-topic tests for short zh/en statements."""
+"""Near-duplicate and same-topic tests for short zh/en statements (similarity itself is text.similarity)."""
 
 from __future__ import annotations
 
 import re
 
 from text.events import topic_key as events_topic_key
+from text.similarity import normalise, shingles, similarity
 
 NEAR_DUPLICATE_THRESHOLD = 0.8
 MAX_TOPIC_CHARS = 24
 
-_NOISE = re.compile(r"[\W_]+", re.UNICODE)
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 # A number that starts a value ("超时30秒", "pool 20"), not one inside an identifier ("eu-west-1").
 _VALUE_DIGIT = re.compile(r"(?<![A-Za-z0-9_.\-])\d")
@@ -35,31 +35,12 @@ _EN_TRAIL_WORDS = frozenset({"is", "are", "was", "of", "at", "on", "in", "to", "
 _EN_PERSON_WORDS = frozenset({"i", "you", "we", "he", "she", "they", "me", "us"})
 
 
-def normalize(text: str) -> str:
-    """Return text lower-cased with punctuation and whitespace removed."""
-    return _NOISE.sub("", text.lower())
-
-
-def _bigrams(text: str) -> set[str]:
-    return {text[i : i + 2] for i in range(len(text) - 1)} or {text}
-
-
-def similarity(a: str, b: str) -> float:
-    """Return the Dice coefficient of the character bigrams of two normalized texts."""
-    left, right = normalize(a), normalize(b)
-    if not left or not right:
-        return 1.0 if left == right else 0.0
-    first, second = _bigrams(left), _bigrams(right)
-    return 2 * len(first & second) / (len(first) + len(second))
-
-
 def coverage(old: str, new: str) -> float:
     """Return the share of old's character bigrams that new contains (1.0 when new says all of old)."""
-    left, right = normalize(old), normalize(new)
-    if not left:
+    first = shingles(old)
+    if not first:
         return 1.0
-    first = _bigrams(left)
-    return len(first & _bigrams(right)) / len(first) if right else 0.0
+    return len(first & shingles(new)) / len(first)
 
 
 def numbers_of(text: str) -> list[str]:
@@ -72,7 +53,7 @@ def is_near_duplicate(a: str, b: str, threshold: float = NEAR_DUPLICATE_THRESHOL
     # "超时30秒" and "超时45秒" look alike but are different values: never merge across numbers.
     if sorted(numbers_of(a)) != sorted(numbers_of(b)):
         return False
-    left, right = normalize(a), normalize(b)
+    left, right = normalise(a), normalise(b)
     if left == right or (min(len(left), len(right)) >= 6 and (left in right or right in left)):
         return True
     return similarity(a, b) >= threshold
@@ -111,7 +92,7 @@ def _zh_topic(text: str) -> str | None:
         return None
     head = text[:cut]
     head = head.split("，")[-1].split(",")[-1]
-    head = _ZH_TRAIL.sub("", _ZH_LEAD.sub("", normalize(head)))
+    head = _ZH_TRAIL.sub("", _ZH_LEAD.sub("", normalise(head)))
     # "我要在2026年…" is a statement about the speaker, not a parameter name.
     if len(head) < 2 or _ZH_PERSON.search(head):
         return None

@@ -7,13 +7,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from assembly.current import current_memories, current_segments, stale_values
 from assembly.budget import FLOW_ORDER, PHASES, BudgetRatios, layer_shares
+from assembly.current import current_memories, current_segments, stale_values
 from assembly.fit import Fitted, Item, fit_message_items, fit_text_items
 from assembly.layers import memory_items, note_items, segment_items, turn_items
 from common.deps import Deps
 from common.errors import ValidationError
-from common.models import Language, Memory, Message, MessageList, Namespace, NodeResponse, StrictModel, parse_json_string
+from common.models import (
+    Language,
+    Memory,
+    MemoryKind,
+    Message,
+    MessageList,
+    Namespace,
+    NodeResponse,
+    StrictModel,
+    parse_json_string,
+)
 from nodes.memory_retrieve import MemoryRetrieveRequest, rank
 from nodes.spec import Description, NodeSpec
 from storage.memories import kinds_filter, live_filter, scope_filter
@@ -176,11 +186,11 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str) -> list[M
 def standing_memories(request: AssembleRequest, deps: Deps) -> list[Memory]:
     """Return identity, constraints, preferences and decisions in force, most important first."""
     where = scope_filter(request).and_(live_filter(False)).and_(kinds_filter(STATE_KINDS, exclude_turns=False))
-    found = deps.providers["memories"].list(deps.tenant, where, limit=200)
+    found = deps.providers["memories"].find(deps.tenant, where, limit=200)
     return sorted(found, key=lambda m: (-m.importance, -m.updated_at))
 
 
-def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[str] | None, top_k: int) -> list[Memory]:
+def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | None, top_k: int) -> list[Memory]:
     """Return memories ranked for the user input (scored exactly as memory_retrieve does)."""
     query = MemoryRetrieveRequest(agent_id=request.agent_id, session_id=request.session_id,
                                   user_id=request.user_id, query=request.user_input, kinds=kinds, top_k=top_k)

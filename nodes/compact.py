@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from common.deps import Deps
-from common.models import Message, MessageList, Namespace, NodeResponse, Segment, StrictModel
+from common.models import Memory, Message, MessageList, Namespace, NodeResponse, Segment, StrictModel
 from compaction.engine import CompactionOutcome, compact_turns
 from compaction.render import render_working_summary
 from compaction.segments import Turn, group_turns, split_recent
@@ -18,7 +18,6 @@ from nodes.spec import Description, NodeSpec
 from providers.openai_chat import ChatClient
 from storage.memories import MemoryRepository, new_memory_id
 from storage.sessions import SessionRepository, SessionState
-from common.models import Memory
 from text.tokens import Tokenizer
 
 # One archived row holds at most this much of a message; longer messages span several rows.
@@ -67,9 +66,12 @@ class CompactStats(StrictModel):
     numbers_restored: int = Field(description="Numbers the verifier put back into key_numbers.")
 
 
+Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact"]
+
+
 class CompactResponse(NodeResponse):
     compacted: bool
-    reason: Literal["forced", "triggered", "below_trigger", "nothing_to_compact"]
+    reason: Reason
     segments: list[Segment]
     recent_messages: list[Message]
     working_summary: str
@@ -120,7 +122,7 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)
 
 
-def decide(options: CompactOptions, tokens: int, old: list[Turn], *, force: bool) -> str:
+def decide(options: CompactOptions, tokens: int, old: list[Turn], *, force: bool) -> Reason:
     """Return why compaction runs (forced/triggered) or why not."""
     if not old:
         return "nothing_to_compact"
@@ -197,7 +199,7 @@ def describe_tool_calls(message: Message) -> str:
     return f"[tool calls: {', '.join(names)}]" if names else ""
 
 
-def unchanged_response(state: SessionState, reason: str, tokens: int) -> CompactResponse:
+def unchanged_response(state: SessionState, reason: Reason, tokens: int) -> CompactResponse:
     stats = CompactStats(tokens_before=tokens, tokens_after=tokens, ratio=1.0, numbers_in_source=0,
                          numbers_preserved=0, numbers_restored=0)
     return CompactResponse(compacted=False, reason=reason, segments=state.segments, recent_messages=state.buffer,
@@ -205,7 +207,7 @@ def unchanged_response(state: SessionState, reason: str, tokens: int) -> Compact
                            version=state.version, archived_ids=[], engine_used="none")
 
 
-def compacted_response(state: SessionState, reason: str, before: int, outcome: CompactionOutcome,
+def compacted_response(state: SessionState, reason: Reason, before: int, outcome: CompactionOutcome,
                        archived: list[str], tokenizer: Tokenizer) -> CompactResponse:
     after = history_tokens(state.buffer, state.segments, tokenizer)
     stats = CompactStats(tokens_before=before, tokens_after=after, ratio=round(after / before, 4) if before else 1.0,

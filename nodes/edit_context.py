@@ -266,7 +266,8 @@ def tool_names(messages: list[Message]) -> dict[int, str]:
     names: dict[int, str] = {}
     for index, message in enumerate(messages):
         for call in message.tool_calls or []:
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            raw = call.get("function")
+            function: dict[str, Any] = raw if isinstance(raw, dict) else {}
             if call.get("id") and function.get("name"):
                 by_call_id[str(call["id"])] = str(function["name"])
         if message.role == "tool":

@@ -43,7 +43,8 @@ class MemoryRetrieveRequest(Namespace):
     key: str | None = Field(default=None, max_length=128, pattern=r"^[^\"'\\`\x00-\x1f]+$",
                             description="Exact key lookup instead of search.")
     include_superseded: bool = Field(default=False, description="Also return superseded versions.")
-    half_life_hours: float | None = Field(default=None, gt=0, le=1e6, description="Recency half-life; default from settings.")
+    half_life_hours: float | None = Field(
+        default=None, gt=0, le=1e6, description="Recency half-life; default from settings.")
     language: Language | None = Field(default=None, description="Language of the tags; default: the query's.")
 
 
@@ -77,7 +78,7 @@ def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
     where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
              .and_(kinds_filter(request.kinds, exclude_turns=True)))
     if request.key:
-        found = memories.list(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100)
+        found = memories.find(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100)
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
         candidates = memories.search(deps.tenant, request.query, where, limit=request.top_k * CANDIDATE_FACTOR)

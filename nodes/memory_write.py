@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BeforeValidator, Field, field_validator
 
 from common.deps import Deps
 from common.errors import ValidationError
-from common.models import Memory, MemoryKind, Message, MessageList, Namespace, NodeResponse, Scope, StrictModel, parse_json_string
+from common.models import (
+    Memory,
+    MemoryKind,
+    Message,
+    MessageList,
+    Namespace,
+    NodeResponse,
+    Scope,
+    StrictModel,
+    parse_json_string,
+)
 from nodes.spec import Description, NodeSpec
 from storage.memories import MemoryRepository, kinds_filter, live_filter, new_memory_id, scope_filter
 from text.events import extract_events
@@ -56,14 +66,20 @@ class MemoryWriteRequest(Namespace):
         default_factory=list, max_length=500, description="Memories to write (a JSON string of the list works too)."
     )
     messages: MessageList = Field(default_factory=list, max_length=500)
-    extract: bool = Field(default=False, description="Extract events (identity, preferences, constraints, …) from messages.")
-    dedupe_threshold: float = Field(default=0.9, ge=0.5, le=1.0, description="Similarity at or above which a write updates.")
-    redact_pii: bool = Field(default=False, description="Mask phone, ID-card, bank-card numbers and e-mails before storing.")
+    extract: bool = Field(
+        default=False, description="Extract events (identity, preferences, constraints, …) from messages.")
+    dedupe_threshold: float = Field(
+        default=0.9, ge=0.5, le=1.0, description="Similarity at or above which a write updates.")
+    redact_pii: bool = Field(
+        default=False, description="Mask phone, ID-card, bank-card numbers and e-mails before storing.")
+
+
+Action = Literal["added", "updated", "duplicate", "superseded"]
 
 
 class WriteResult(StrictModel):
     id: str
-    action: Literal["added", "updated", "duplicate", "superseded"]
+    action: Action
     version: int
     kind: MemoryKind
     content: str
@@ -106,7 +122,7 @@ def extracted_items(messages: list[Message]) -> list[MemoryItem]:
         if message.role not in ("user", "assistant"):
             continue
         for event in extract_events(message.content, role=message.role):
-            items.append(MemoryItem(kind=event.kind, content=event.content[:MAX_CONTENT_CHARS], key=event.key,
+            items.append(MemoryItem(kind=cast(MemoryKind, event.kind), content=event.content[:MAX_CONTENT_CHARS], key=event.key,
                                     meta=message.meta, turn=message.turn))
     return items
 
@@ -120,7 +136,7 @@ def write_item(memories: MemoryRepository, tenant: str, namespace: Namespace, it
     own = (scope_filter(namespace, [item.scope]).and_(live_filter(False))
            .and_(kinds_filter([item.kind], exclude_turns=False)))
     if item.key and item.kind in SUPERSEDING_KINDS:
-        same_key = [m for m in memories.list(tenant, own, limit=100) if m.key == item.key]
+        same_key = [m for m in memories.find(tenant, own, limit=100) if m.key == item.key]
         if same_key:
             return supersede(memories, tenant, namespace, item, same_key, now)
     candidates = memories.search(tenant, item.content, own, limit=DEDUPE_CANDIDATES)
@@ -207,7 +223,7 @@ def history_entry(memory: Memory) -> dict[str, Any]:
             "id": memory.id}
 
 
-def result(memory: Memory, action: str, superseded_ids: list[str] | None = None) -> WriteResult:
+def result(memory: Memory, action: Action, superseded_ids: list[str] | None = None) -> WriteResult:
     return WriteResult(id=memory.id, action=action, version=memory.version, kind=memory.kind,
                        content=memory.content, superseded_ids=superseded_ids or [])
 
@@ -224,6 +240,7 @@ NODE = NodeSpec(
         human_zh="把事实、偏好、约束和决策存到上下文窗口之外。相似内容原地更新并升版本；同一 key 的新值会取代旧值。",
         llm_en="Save durable information about the user or task (identity, preferences, constraints, decisions, "
                "key numbers) so it can be retrieved in later turns. Pass items, or messages with extract=true.",
-        llm_zh="保存用户或任务的持久信息（身份、偏好、约束、决策、关键数字），供后续轮次检索。传 items，或传 messages 并设 extract=true。",
+        llm_zh="保存用户或任务的持久信息（身份、偏好、约束、决策、关键数字），供后续轮次检索。"
+               "传 items，或传 messages 并设 extract=true。",
     ),
 )

@@ -9,13 +9,13 @@ from pydantic import BeforeValidator, Field
 from common.deps import Deps
 from common.errors import ConflictError
 from common.models import Message, MessageList, Namespace, NodeResponse, StrictModel
+from compaction.segments import group_turns
 from nodes.compact import CompactOptions, CompactStats, archive_turns, compact_state
 from nodes.edit_context import Edit, EditContextRequest, EditRules, _parse_object
 from nodes.edit_context import run as edit_context
 from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_item
 from nodes.spec import Description, NodeSpec
 from storage.sessions import SessionRepository, SessionState
-from compaction.segments import group_turns
 from text.pii import redact_pii
 
 

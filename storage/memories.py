@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 import time
 import uuid
 from dataclasses import dataclass
@@ -141,7 +142,7 @@ class MemoryRepository:
                                 fields=OUTPUT_FIELDS, limit=1)
         return from_record(rows[0]) if rows else None
 
-    def list(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
+    def find(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
         """Return memories matching a filter, newest first within the page window."""
         rows = self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=OUTPUT_FIELDS,
                                 limit=limit, offset=offset)
@@ -201,7 +202,7 @@ def namespace_filter(tenant: str, agent_id: str, session_id: str | None, user_id
     return flt
 
 
-def scope_filter(namespace: Namespace, scopes: list[str] | None = None) -> Filter:
+def scope_filter(namespace: Namespace, scopes: Sequence[str] | None = None) -> Filter:
     """Return the filter of what a namespace may read: session + user + agent + shared by default."""
     wanted = [s for s in (scopes or ALL_SCOPES) if s != "user" or namespace.user_id]
     params: dict[str, Any] = {"ca": namespace.agent_id, "cs": namespace.session_id, "cu": namespace.user_id or ""}
@@ -221,7 +222,7 @@ def live_filter(include_superseded: bool) -> Filter:
     return Filter("") if include_superseded else Filter("valid_to == 0")
 
 
-def kinds_filter(kinds: list[str] | None, *, exclude_turns: bool) -> Filter:
+def kinds_filter(kinds: Sequence[str] | None, *, exclude_turns: bool) -> Filter:
     """Return the filter of the kinds asked for (archived turns are excluded unless named)."""
     if kinds:
         return Filter("kind in {kinds}", {"kinds": list(kinds)})

@@ -146,8 +146,11 @@ class MilvusStore(MemoryStore):
         if self._pending == 0 or self._client is None:
             return
         for name in self._collections:
-            self._call(lambda c, n=name: c.flush(n))
+            self._flush_one(name)
         self._pending = 0
+
+    def _flush_one(self, collection: str) -> None:
+        self._call(lambda client: client.flush(collection))
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self._flush_interval):

@@ -55,7 +55,9 @@ def session_spec(prefix: str) -> CollectionSpec:
 
 def chunk_text(text: str, limit: int = CHUNK_BYTES) -> list[str]:
     """Split text into pieces of at most `limit` UTF-8 bytes, never inside a character."""
-    chunks, current, size = [], [], 0
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
     for char in text:
         width = len(char.encode("utf-8"))
         if size + width > limit:

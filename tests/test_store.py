@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from common.models import Namespace
+from nodes.memory_write import MemoryItem, new_memory
 from providers.embedders import HashEmbedder
 from storage.base import Filter
 from storage.memories import MemoryRepository, kinds_filter, live_filter, scope_filter
 from storage.milvus import MilvusStore
-from nodes.memory_write import MemoryItem, new_memory
 
 
 @pytest.fixture(params=["embedded", "server"])

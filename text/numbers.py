@@ -261,9 +261,9 @@ def _label(text: str, start: int, end: int, previous_end: int, next_start: int) 
                 if best is None or distance < best[0]:
                     best = (distance, label)
         if where in ("after", "both") and best is None:
-            match = pattern.search(after)
-            if match and (where == "after" or match.start() <= 2):
-                best = (_WINDOW + match.start(), label)
+            found = pattern.search(after)
+            if found and (where == "after" or found.start() <= 2):
+                best = (_WINDOW + found.start(), label)
     if best is None:
         return _parameter_name(text, start)
     return best[1]
