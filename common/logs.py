@@ -33,8 +33,17 @@ def _redact(line: str) -> str:
 
 def configure_logging(level: str = "INFO") -> None:
     """Send the pack's logs to stderr as JSON lines (idempotent)."""
-    logger = logging.getLogger("acn")
-    logger.setLevel(level.upper())
+    # Werkzeug's access lines would print raw paths and query strings; the server logs each request itself
+    # (redacted, with its request id), so werkzeug keeps only its warnings, through the same handler.
+    for name, logger_level in (("acn", level.upper()), ("werkzeug", "WARNING")):
+        _attach(logging.getLogger(name), logger_level)
+    # pymilvus logs every failed RPC with a traceback; the store turns those into StoreUnavailableError
+    # and the server logs them once, as JSON, with the request id.
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+
+
+def _attach(logger: logging.Logger, level: str) -> None:
+    logger.setLevel(level)
     if not any(getattr(h, "_acn", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter())

@@ -13,6 +13,7 @@ from providers.embedders import load_embedder
 from providers.openai_chat import ChatClient
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore
+from storage.crypto import SnapshotCipher
 from storage.sessions import SessionRepository
 from text.tokens import Tokenizer, load_tokenizer
 
@@ -44,7 +45,9 @@ class Runtime:
                                         embedder=load_embedder(settings.embedder))
             memories.open()
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
-                                         keep_versions=settings.session_versions_kept)
+                                         keep_versions=settings.session_versions_kept,
+                                         cipher=SnapshotCipher(settings.encryption_key),
+                                         redact=settings.redact_snapshots)
             sessions.open()
         except Exception:
             store.close()

@@ -60,6 +60,16 @@ class Settings(StrictModel):
     session_versions_kept: int = Field(
         default=100, ge=2, le=10_000, description="How many working-state versions each session keeps for rollback."
     )
+    encryption_key: str = Field(
+        default="",
+        description=(
+            "Fernet key (urlsafe base64, 32 bytes) or a path to a file holding one: session snapshots are then "
+            "encrypted at rest. Keep it apart from the store; generate with `python -m storage.crypto`."
+        ),
+    )
+    redact_snapshots: bool = Field(
+        default=False, description="Mask phone, ID-card, bank-card numbers and e-mails in stored session snapshots."
+    )
     host: str = Field(default="127.0.0.1", description="Address `python server.py` binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port `python server.py` listens on.")
     log_level: str = Field(default="INFO", description="Log level of the server's JSON logs.")

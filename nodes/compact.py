@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -171,6 +173,9 @@ def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
     for turn in turns:
         for index, message in enumerate(turn.messages):
             rows += archive_rows(namespace, turn.number, index, message, memories.now_ms(tenant, namespace))
+    # Ids derive from what is archived, so a retried request (after a store failure) rewrites the same
+    # rows instead of adding duplicates.
+    rows = [row.model_copy(update={"id": archive_id(tenant, row)}) for row in rows]
     memories.save(tenant, rows)
     return [row.id for row in rows]
 
@@ -191,6 +196,14 @@ def archive_rows(namespace: Namespace, turn: int, index: int, message: Message, 
                    created_at=now, updated_at=now, version=1, turn_range=[turn, turn],
                    meta={**meta, "part": part, "parts": len(pieces)} if len(pieces) > 1 else meta)
             for part, piece in enumerate(pieces)]
+
+
+def archive_id(tenant: str, row: Memory) -> str:
+    """Return a deterministic id for an archived message part."""
+    turn = (row.turn_range or [0])[0]
+    key = json.dumps([tenant, row.agent_id, row.session_id, turn, row.meta.get("message_index"),
+                      row.meta.get("part"), row.meta.get("role"), row.content], ensure_ascii=False)
+    return "turn_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
 
 
 def describe_tool_calls(message: Message) -> str:

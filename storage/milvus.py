@@ -79,6 +79,9 @@ class MilvusStore(MemoryStore):
                 return
             try:
                 self._flush_locked()
+            except StoreUnavailableError:
+                # The server is gone: its own log holds the writes; there is nothing more to flush from here.
+                log.warning("final flush failed; closing anyway", exc_info=True)
             finally:
                 self._client.close()
                 self._client = None
@@ -186,6 +189,14 @@ class MilvusStore(MemoryStore):
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _reload(self) -> None:
+        client = self._require()
+        for name in sorted(self._collections):
+            try:
+                client.load_collection(name)
+            except MilvusException as error:
+                raise StoreUnavailableError(f"cannot reload collection {name}: {error.message}") from error
+
     def _filter_kwargs(self, where: Filter) -> dict[str, Any]:
         if not where.template:
             return {"filter": ""}
@@ -210,11 +221,27 @@ class MilvusStore(MemoryStore):
         try:
             return operation(client)
         except MilvusException as error:
+            if not _is_released(error):
+                raise StoreUnavailableError(f"store operation failed: {error.message}") from error
+        except Exception as error:
+            if _is_connection_error(error):
+                raise StoreUnavailableError(f"store unreachable: {error}") from error
+            raise
+        # A restarted server comes back with collections released (STORAGE.md #3): load and retry once.
+        self._reload()
+        try:
+            return operation(client)
+        except MilvusException as error:
             raise StoreUnavailableError(f"store operation failed: {error.message}") from error
         except Exception as error:
             if _is_connection_error(error):
                 raise StoreUnavailableError(f"store unreachable: {error}") from error
             raise
+
+
+def _is_released(error: MilvusException) -> bool:
+    text = str(error.message).lower()
+    return "released" in text or "not loaded" in text
 
 
 def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]:

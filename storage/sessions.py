@@ -15,6 +15,8 @@ from pydantic import Field
 from common.errors import ConflictError, NotFoundError
 from common.models import Message, Namespace, Segment, StrictModel
 from storage.base import CollectionSpec, Filter, MemoryStore
+from storage.crypto import SnapshotCipher
+from text.pii import redact_pii
 
 SESSION_FIELDS = {
     "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "row": "varchar",
@@ -72,8 +74,11 @@ def chunk_text(text: str, limit: int = CHUNK_BYTES) -> list[str]:
 class SessionRepository:
     """Read, commit, list and roll back session versions; one writer per session at a time."""
 
-    def __init__(self, store: MemoryStore, *, prefix: str, keep_versions: int = 100) -> None:
+    def __init__(self, store: MemoryStore, *, prefix: str, keep_versions: int = 100,
+                 cipher: SnapshotCipher | None = None, redact: bool = False) -> None:
         self.store = store
+        self.cipher = cipher or SnapshotCipher()
+        self.redact = redact
         self.spec = session_spec(prefix)
         self.keep_versions = keep_versions
         self._locks_guard = threading.Lock()
@@ -108,7 +113,7 @@ class SessionRepository:
         rows = rows[: rows[0]["parts"]] if rows else rows
         if not rows or [row["part"] for row in rows] != list(range(rows[0]["parts"])):
             raise NotFoundError(f"session {namespace.session_id!r} has no version {version}")
-        return SessionState.model_validate_json("".join(row["chunk"] for row in rows))
+        return SessionState.model_validate_json(self.cipher.open("".join(row["chunk"] for row in rows)))
 
     def commit(self, tenant: str, namespace: Namespace, state: SessionState, *, reason: str,
                expected_version: int | None = None) -> SessionState:
@@ -143,7 +148,11 @@ class SessionRepository:
         self.store.delete(self.spec.name, where)
 
     def _write_snapshot(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
-        chunks = chunk_text(state.model_dump_json())
+        text = state.model_dump_json()
+        if self.redact:
+            # The masks replace digits and mailbox names inside JSON strings; quotes are never touched.
+            text = redact_pii(text)[0]
+        chunks = chunk_text(self.cipher.seal(text))
         info = {"reason": state.reason, "turn": state.turn, "buffer_messages": len(state.buffer),
                 "segments": len(state.segments)}
         key = _session_key(tenant, namespace)

@@ -1,0 +1,138 @@
+"""Tenants never see each other; personal data stays out of logs; snapshots encrypted and redacted at rest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from cryptography.fernet import Fernet
+from flask import Flask
+
+from common.errors import PackError
+from server import create_app
+from storage.crypto import MARKER
+from tests.conftest import ROOT, assert_error, free_port, make_settings, post, server_env, wait_for_port
+
+KEYS = "key-alpha-123:alpha,key-beta-456:beta"
+ALPHA = {"Authorization": "Bearer key-alpha-123"}
+BETA = {"Authorization": "Bearer key-beta-456"}
+PII = {"phone": "13812345678", "id_card": "110101199003074518", "card": "6222021234567890123",
+       "email": "zhang.san@example.com"}
+
+
+@pytest.fixture()
+def keyed_app(tmp_path: Path) -> Iterator[Flask]:
+    app = create_app(make_settings(tmp_path, api_keys=KEYS))
+    yield app
+    app.extensions["acn"].close()
+
+
+def test_missing_or_bad_key_is_401(keyed_app: Flask) -> None:
+    client = keyed_app.test_client()
+    ns = {"agent_id": "a", "session_id": "s"}
+    assert_error(post(client, "memory_retrieve", {**ns, "query": "x"}), 401, "unauthorized")
+    assert_error(post(client, "memory_retrieve", {**ns, "query": "x"}, headers={"Authorization": "Bearer nope"}),
+                 401, "unauthorized")
+    assert_error(post(client, "memory_retrieve", {**ns, "query": "x"}, headers={"Authorization": "key-alpha-123"}),
+                 401)
+    assert_error(client.get("/v1/memories", query_string={"agent_id": "a"}), 401)
+    assert client.get("/healthz").status_code == 200
+
+
+def test_a_second_tenant_sees_nothing_of_the_first_on_any_route(keyed_app: Flask) -> None:
+    client = keyed_app.test_client()
+    ns = {"agent_id": "shared-agent", "session_id": "same-session", "user_id": "u1"}
+    written = post(client, "memory_write", {**ns, "items": [
+        {"kind": "fact", "content": "alpha 的订单号 ORD-ALPHA-1", "scope": "shared"},
+        {"kind": "identity", "content": "alpha 用户是VIP", "scope": "user"}]}, headers=ALPHA).get_json()
+    post(client, "record_turn", {**ns, "messages": [{"role": "user", "content": "alpha 的秘密 ORD-ALPHA-2"}]},
+         headers=ALPHA)
+    memory_id = written["results"][0]["id"]
+    found = post(client, "memory_retrieve", {**ns, "query": "订单号 VIP 秘密", "top_k": 10}, headers=BETA).get_json()
+    assert found["memories"] == []
+    context = post(client, "assemble", {**ns, "user_input": "我的订单号是多少", "mode": "snapshot"},
+                   headers=BETA).get_json()
+    assert "ALPHA" not in json.dumps(context, ensure_ascii=False)
+    assert post(client, "session_state", ns, headers=BETA).get_json()["version"] == 0
+    assert post(client, "session_versions", ns, headers=BETA).get_json()["versions"] == []
+    listing = client.get("/v1/memories", query_string={"agent_id": ns["agent_id"]}, headers=BETA).get_json()
+    assert listing["memories"] == []
+    assert_error(client.get(f"/v1/memories/{memory_id}", headers=BETA), 404)
+    assert_error(client.delete(f"/v1/memories/{memory_id}", headers=BETA), 404)
+    assert client.delete("/v1/memories", query_string={"agent_id": ns["agent_id"]}, headers=BETA
+                         ).get_json()["deleted"] == 0
+    mine = client.get("/v1/memories", query_string={"agent_id": ns["agent_id"]}, headers=ALPHA).get_json()
+    assert memory_id in [m["id"] for m in mine["memories"]]
+    assert post(client, "session_state", ns, headers=ALPHA).get_json()["version"] == 1
+
+
+def test_logs_never_contain_raw_personal_data(tmp_path: Path) -> None:
+    port = free_port()
+    env = server_env(ACN_MILVUS_URI=str(tmp_path / "memory.db"), ACN_LOG_LEVEL="INFO")
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(port, timeout=60, process=process)
+        base = f"http://127.0.0.1:{port}"
+        text = "，".join(f"{k}: {v}" for k, v in PII.items())
+        ns = {"agent_id": "a", "session_id": "s"}
+        requests.post(f"{base}/v1/nodes/record_turn", json={**ns, "messages": [{"role": "user", "content": text}]},
+                      timeout=30)
+        requests.post(f"{base}/v1/nodes/memory_write", json={**ns, "items": [{"kind": "bogus", "content": text}]},
+                      timeout=30)
+        requests.get(f"{base}/v1/memories", params={"agent_id": PII["phone"] + " " + PII["email"]}, timeout=30)
+        requests.get(f"{base}/v1/memories/{PII['id_card']}", timeout=30)
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    lines = [line for line in stderr.splitlines() if line.startswith("{")]
+    assert any('"path": "/v1/memories/110101********4518"' in line for line in lines)
+    for value in PII.values():
+        assert value not in stderr
+
+
+def test_snapshots_are_encrypted_at_rest_and_need_the_key(tmp_path: Path) -> None:
+    key = Fernet.generate_key().decode()
+    ns = {"agent_id": "a", "session_id": "s"}
+    app = create_app(make_settings(tmp_path, encryption_key=key, redact_snapshots=True))
+    try:
+        client = app.test_client()
+        post(client, "record_turn", {**ns, "messages": [{"role": "user", "content": f"手机 {PII['phone']} 订单 ORD-9"}]})
+        runtime = app.extensions["acn"]
+        rows = runtime.store.query(runtime.sessions.spec.name, runtime.sessions._rows("default", _ns(ns), "snapshot"),
+                                   fields=["chunk"], limit=10)
+        assert rows and all(row["chunk"].startswith(MARKER) for row in rows)
+        assert "ORD-9" not in json.dumps(rows)
+        state = post(client, "session_state", ns).get_json()
+        assert "ORD-9" in state["buffer"][0]["content"] and PII["phone"] not in state["buffer"][0]["content"]
+        assert "138****5678" in state["buffer"][0]["content"]
+    finally:
+        app.extensions["acn"].close()
+    wrong = create_app(make_settings(tmp_path, encryption_key=Fernet.generate_key().decode()))
+    try:
+        body = assert_error(post(wrong.test_client(), "session_state", ns), 500, "encryption_key_error")
+        assert "not the key" in body["error"]
+    finally:
+        wrong.extensions["acn"].close()
+    missing = create_app(make_settings(tmp_path))
+    try:
+        assert_error(post(missing.test_client(), "session_state", ns), 500, "encryption_key_error")
+    finally:
+        missing.extensions["acn"].close()
+
+
+def test_a_malformed_key_stops_start_up_with_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(PackError, match="not a Fernet key"):
+        create_app(make_settings(tmp_path, encryption_key="not-a-key"))
+
+
+def _ns(ns: dict[str, Any]) -> Any:
+    from common.models import Namespace
+
+    return Namespace(**ns)
