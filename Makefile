@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test schemas bench clean
+.PHONY: run test schemas bench clean browser
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,13 @@ $(VENV312)/.installed: tests/py312/requirements.txt
 	$(PY312) -m pip install --quiet --no-deps graphon==0.8.0
 	touch $@
 
-test: $(VENV)/.installed $(VENV312)/.installed
+# The /ui inspector's browser tests drive Debian's Chromium (no browser is downloaded at run time); the CJK font
+# keeps Chinese readable in their screenshots. Installing needs root, as CI has; if it fails, `make test` fails.
+browser:
+	command -v chromium >/dev/null && fc-list :lang=zh | grep -q . || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei)
+
+test: $(VENV)/.installed $(VENV312)/.installed browser
 	$(PY) -m pytest
 
 schemas: $(VENV)/.installed

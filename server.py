@@ -25,6 +25,8 @@ from common.logs import configure_logging
 from common.openapi import build_manifest, build_openapi
 from common.runtime import Runtime
 from common.settings import Settings
+from inspector import create_blueprint
+from integrations.dify_extension import register_dify_extension
 from nodes import all_nodes
 from nodes.memory_admin import (
     MemoryListRequest,
@@ -40,6 +42,7 @@ log = logging.getLogger("acn.server")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 # Python's json module recurses per nesting level; refuse absurd depth before it can blow the stack.
 MAX_JSON_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 PACK_VERSION = "0.1.0"
 
 
@@ -59,6 +62,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     _register_node_routes(app, runtime, nodes)
     _register_admin_routes(app, runtime)
     _register_meta_routes(app, runtime, nodes)
+    register_dify_extension(app, runtime)
+    # The inspector's /ui pages sit behind the same API-key check (before_request covers every path).
+    app.register_blueprint(create_blueprint())
     return app
 
 
@@ -142,7 +148,17 @@ def read_json_body() -> dict[str, Any]:
         raise BadRequestError(f"malformed JSON: {error}") from None
     if not isinstance(body, dict):
         raise BadRequestError("the body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(text):
+        _reject_lone_surrogates(body)
     return body
+
+
+def _reject_lone_surrogates(body: dict[str, Any]) -> None:
+    # JSON may escape half of a UTF-16 pair ("\ud800"); such a string cannot be stored or re-encoded.
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequestError("the body contains an unpaired UTF-16 surrogate escape") from None
 
 
 def _nesting_depth(text: str) -> int:

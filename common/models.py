@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
 
 # Identifiers are the only values that ever reach a Milvus filter, so they are held to a
 # strict alphabet: no quotes, spaces or brackets can get through to an expression.
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
+# Keys (topic keys of memories) may be any language but never carry what could end a filter literal.
+KEY_PATTERN = r"^[^\"'\\`\x00-\x1f\x7f]+$"
 
 Role = Literal["system", "user", "assistant", "tool"]
 MemoryKind = Literal[
@@ -20,6 +22,35 @@ MemoryKind = Literal[
 ]
 Scope = Literal["session", "user", "agent", "shared"]
 Language = Literal["zh", "en"]
+
+
+# Milvus stores integers as int64 and JSON numbers as doubles: anything beyond is refused at the door
+# (422) instead of failing in the store. Turn and version numbers get a far smaller ceiling.
+INT64_MAX = 2**63 - 1
+MAX_TURN = 10**9
+MAX_VERSION = 2**53
+MAX_JSON_DEPTH = 16
+
+
+def check_json_value(value: Any, depth: int = 0) -> Any:
+    """Return value unchanged if the store can keep it: int64 integers, finite floats, bounded depth."""
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise ValueError("integer outside the 64-bit range")
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("number is not finite")
+        return value
+    if isinstance(value, list):
+        return [check_json_value(item, depth + 1) for item in value]
+    if isinstance(value, dict):
+        return {str(k): check_json_value(v, depth + 1) for k, v in value.items()}
+    return value
 
 
 def parse_json_string(value: Any) -> Any:
@@ -34,6 +65,24 @@ def parse_json_string(value: Any) -> Any:
         if stripped == "":
             return []
     return value
+
+
+SafeJsonObject = Annotated[dict[str, Any], AfterValidator(check_json_value)]
+TurnNumber = Annotated[int, Field(ge=0, le=MAX_TURN)]
+
+
+def parse_json_object(value: Any) -> Any:
+    """Accept a JSON string for an object field; an empty string means the defaults."""
+    if isinstance(value, str) and not value.strip():
+        return {}
+    return parse_json_string(value)
+
+
+def parse_json_object_or_null(value: Any) -> Any:
+    """Accept a JSON string for an optional object field; an empty string means null."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return parse_json_string(value)
 
 
 class StrictModel(BaseModel):
@@ -63,12 +112,13 @@ class Message(StrictModel):
         description="Message text. OpenAI content-part lists are accepted and joined into text.",
     )
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = Field(
+    tool_calls: list[Annotated[dict[str, Any], AfterValidator(check_json_value)]] | None = Field(
         default=None, description="Assistant tool calls, OpenAI shape ({id, type, function{name, arguments}})."
     )
     tool_call_id: str | None = Field(default=None, description="For role=tool: the id of the call answered.")
-    turn: int | None = Field(default=None, ge=0, description="Turn number; filled in by the server when absent.")
-    meta: dict[str, Any] = Field(default_factory=dict, description="Caller provenance, carried through untouched.")
+    turn: int | None = Field(default=None, ge=0, le=MAX_TURN,
+                             description="Turn number; filled in by the server when absent.")
+    meta: SafeJsonObject = Field(default_factory=dict, description="Caller provenance, carried through untouched.")
 
 
 def _normalise_content(value: Any) -> Any:

@@ -153,6 +153,11 @@ def to_openapi30(schema: Any) -> Any:
     schema = {k: to_openapi30(v) for k, v in schema.items() if k not in ("title", "examples")}
     if "const" in schema:
         schema["enum"] = [schema.pop("const")]
+    # JSON Schema 2020-12 writes exclusive bounds as numbers; OpenAPI 3.0 as booleans beside minimum/maximum.
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(schema.get(exclusive), (int, float)) and not isinstance(schema[exclusive], bool):
+            schema[bound] = schema.pop(exclusive)
+            schema[exclusive] = True
     any_of = schema.get("anyOf")
     if isinstance(any_of, list) and any(part == {"type": "null"} for part in any_of):
         rest = [part for part in any_of if part != {"type": "null"}]

@@ -11,9 +11,9 @@ from common.deps import Deps
 from common.settings import Settings
 from providers.embedders import load_embedder
 from providers.openai_chat import ChatClient
+from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore
-from storage.crypto import SnapshotCipher
 from storage.sessions import SessionRepository
 from text.tokens import Tokenizer, load_tokenizer
 

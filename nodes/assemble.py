@@ -22,6 +22,7 @@ from common.models import (
     Namespace,
     NodeResponse,
     StrictModel,
+    parse_json_object_or_null,
     parse_json_string,
 )
 from nodes.memory_retrieve import MemoryRetrieveRequest, rank
@@ -54,7 +55,8 @@ class AssembleRequest(Namespace):
     knowledge: Annotated[list[str] | None, BeforeValidator(parse_json_string)] = Field(
         default=None, description="Knowledge snippets (FAQ, rules) for the memory layer.")
     mode: Mode = Field(default="auto", description="snapshot | focused | streaming | auto.")
-    budget: BudgetRatios | None = Field(default=None, description="Layer ratios; default 15/50/25/10.")
+    budget: Annotated[BudgetRatios | None, BeforeValidator(parse_json_object_or_null)] = Field(
+        default=None, description="Layer ratios; default 15/50/25/10 (a JSON string works too).")
     phase: Literal["requirement", "execution", "closing"] | None = Field(
         default=None, description="Phase preset for the ratios (overrides budget).")
     top_k: int = Field(default=5, ge=0, le=50, description="Memories retrieved for the input (focused mode).")

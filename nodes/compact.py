@@ -6,12 +6,22 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
-from common.models import Memory, Message, MessageList, Namespace, NodeResponse, Segment, StrictModel
+from common.models import (
+    MAX_VERSION,
+    Memory,
+    Message,
+    MessageList,
+    Namespace,
+    NodeResponse,
+    Segment,
+    StrictModel,
+    parse_json_object_or_null,
+)
 from compaction.engine import CompactionOutcome, compact_turns
 from compaction.render import render_working_summary
 from compaction.segments import Turn, group_turns, split_recent
@@ -45,7 +55,8 @@ class CompactOptions(StrictModel):
     max_segments: int = Field(default=5, ge=1, le=100, description="Above this, the oldest segments merge.")
     engine: Literal["extractive", "llm", "auto"] = Field(
         default="extractive", description="extractive (offline, default), llm, or auto (llm when configured).")
-    llm: LlmOverrides | None = Field(default=None, description="Per-request LLM endpoint (else ACN_LLM_*).")
+    llm: Annotated[LlmOverrides | None, BeforeValidator(parse_json_object_or_null)] = Field(
+        default=None, description="Per-request LLM endpoint (else ACN_LLM_*); a JSON string works too.")
 
 
 class CompactRequest(Namespace, CompactOptions):
@@ -56,7 +67,8 @@ class CompactRequest(Namespace, CompactOptions):
         description="Messages to compact statelessly; omit to compact the server-side session buffer.")
     force: bool = Field(default=False, description="Compact now, whatever the trigger says.")
     persist: bool = Field(default=True, description="Archive raw turns and save the new working state.")
-    expected_version: int | None = Field(default=None, ge=0, description="Fail with 409 if the session moved on.")
+    expected_version: int | None = Field(default=None, ge=0, le=MAX_VERSION,
+                                         description="Fail with 409 if the session moved on.")
 
 
 class CompactStats(StrictModel):

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
-from common.models import Message, MessageList, NodeResponse, StrictModel, parse_json_string
+from common.models import Message, MessageList, NodeResponse, StrictModel, parse_json_object, parse_json_object_or_null
 from nodes.spec import Description, NodeSpec
 from text.numbers import extract_key_numbers, value_present
 from text.pii import find_pii, redact_pii
@@ -19,13 +19,6 @@ from text.tokens import Tokenizer
 
 DEFAULT_PLACEHOLDER = "[tool result of {tool} cleared: {tokens} tokens]"
 EditAction = Literal["drop_pleasantry", "dedupe", "clear_tool_result", "shrink_tool_result", "redact_pii"]
-
-
-def _parse_object(value: Any) -> Any:
-    """Accept a JSON string for an object field; an empty string means the defaults."""
-    if isinstance(value, str) and not value.strip():
-        return {}
-    return parse_json_string(value)
 
 
 class ClearToolResults(StrictModel):
@@ -64,7 +57,7 @@ class EditRules(StrictModel):
         le=1.0,
         description="Similarity (character-bigram Dice) at or above which two messages are duplicates.",
     )
-    clear_tool_results: Annotated[ClearToolResults | None, BeforeValidator(_parse_object)] = Field(
+    clear_tool_results: Annotated[ClearToolResults | None, BeforeValidator(parse_json_object_or_null)] = Field(
         default=None, description="Clear old tool results; null (the default) keeps them."
     )
     max_tool_result_tokens: int | None = Field(
@@ -82,7 +75,7 @@ class EditContextRequest(StrictModel):
     """A message list and the rules to edit it by."""
 
     messages: MessageList = Field(max_length=5000)
-    rules: Annotated[EditRules, BeforeValidator(_parse_object)] = Field(
+    rules: Annotated[EditRules, BeforeValidator(parse_json_object)] = Field(
         default_factory=EditRules, description="Edit rules (a JSON string of the object works too)."
     )
     protect_last: int = Field(

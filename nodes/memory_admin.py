@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
 from common.errors import NotFoundError
-from common.models import Identifier, Memory, MemoryKind, NodeResponse, Scope, StrictModel, parse_json_string
+from common.models import (
+    IDENTIFIER_PATTERN,
+    Identifier,
+    Memory,
+    MemoryKind,
+    NodeResponse,
+    Scope,
+    StrictModel,
+    parse_json_string,
+)
 from nodes.memory_write import repository
 from storage.base import Filter
 from storage.memories import kinds_filter, live_filter, namespace_filter
@@ -73,7 +83,7 @@ def list_memories(request: MemoryListRequest, deps: Deps) -> MemoryListResponse:
 
 def get_memory(memory_id: str, deps: Deps) -> MemoryGetResponse:
     """Return one memory with its history."""
-    memory = repository(deps).get(deps.tenant, memory_id)
+    memory = repository(deps).get(deps.tenant, memory_id) if valid_id(memory_id) else None
     if memory is None:
         raise NotFoundError(f"no memory {memory_id!r}")
     return MemoryGetResponse(memory=memory)
@@ -82,10 +92,15 @@ def get_memory(memory_id: str, deps: Deps) -> MemoryGetResponse:
 def delete_memory(memory_id: str, deps: Deps) -> DeleteResponse:
     """Delete one memory; 404 when it does not exist for this tenant."""
     memories = repository(deps)
-    if memories.get(deps.tenant, memory_id) is None:
+    if not valid_id(memory_id) or memories.get(deps.tenant, memory_id) is None:
         raise NotFoundError(f"no memory {memory_id!r}")
     memories.delete_ids(deps.tenant, [memory_id])
     return DeleteResponse(deleted=1)
+
+
+def valid_id(memory_id: str) -> bool:
+    """Return True for ids this pack can have issued (anything else cannot exist: 404, not a filter)."""
+    return re.match(IDENTIFIER_PATTERN, memory_id) is not None
 
 
 def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteResponse:

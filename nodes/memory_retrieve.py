@@ -8,12 +8,13 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
-from common.models import Language, Memory, MemoryKind, Namespace, NodeResponse, Scope, parse_json_string
+from common.models import KEY_PATTERN, Language, Memory, MemoryKind, Namespace, NodeResponse, Scope, parse_json_string
 from nodes.memory_write import repository
 from nodes.spec import Description, NodeSpec
 from storage.base import Filter
 from storage.memories import Scored, kinds_filter, live_filter, scope_filter
 from text.lang import detect_language
+from text.query import speaker_names
 from text.tokens import Tokenizer
 from text.triggers import needs_memory
 
@@ -21,6 +22,13 @@ from text.triggers import needs_memory
 RELEVANCE_WEIGHT = 0.7
 SALIENCE_WEIGHT = 0.3
 CANDIDATE_FACTOR = 8
+# Reciprocal rank fusion of the BM25 and dense lists (Cormack et al. use 60; a small k keeps the top of
+# each list apart from its tail, which matters when only a few dozen candidates are kept).
+RRF_K = 10
+BM25_WEIGHT = 1.0
+DENSE_WEIGHT = 1.0
+# A memory spoken by the person a query names ("what did Caroline …", "我之前说…") is more likely the answer.
+SPEAKER_BONUS = 0.15
 KIND_LABELS_ZH = {
     "identity": "身份", "preference": "偏好", "constraint": "约束", "decision": "决策", "fact": "事实",
     "todo": "待办", "artifact": "产出", "knowledge": "知识", "summary": "摘要", "turn": "原话",
@@ -40,7 +48,7 @@ class MemoryRetrieveRequest(Namespace):
     min_score: float = Field(default=0.0, ge=0, le=1, description="Drop memories scoring below this (0–1).")
     trigger: Literal["always", "auto"] = Field(
         default="always", description="auto: retrieve only when the query refers back or asks about the user/rules.")
-    key: str | None = Field(default=None, max_length=128, pattern=r"^[^\"'\\`\x00-\x1f]+$",
+    key: str | None = Field(default=None, max_length=128, pattern=KEY_PATTERN,
                             description="Exact key lookup instead of search.")
     include_superseded: bool = Field(default=False, description="Also return superseded versions.")
     half_life_hours: float | None = Field(
@@ -85,19 +93,29 @@ def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours
-    scored = score_all(candidates, half_life, time.time() * 1000)
+    scored = score_all(candidates, half_life, time.time() * 1000, request.query)
     kept = [m for m in scored if m.score >= request.min_score]
     return sorted(kept, key=lambda m: (m.score, m.updated_at), reverse=True)
 
 
-def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float) -> list[RetrievedMemory]:
-    """Combine normalised BM25 (and dense) relevance with importance × recency decay."""
+def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
+              query: str = "") -> list[RetrievedMemory]:
+    """Combine relevance (BM25, fused with dense by reciprocal rank when present) with importance × recency.
+
+    relevance is BM25 normalised by the best hit, or, with an embedder, the weighted reciprocal-rank fusion
+    of both lists normalised by its best possible value; a memory spoken by someone the query names gets
+    SPEAKER_BONUS on top (capped at 1).
+    """
     top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
-    has_dense = any(c.dense for c in candidates)
+    hybrid = any(c.dense_rank is not None for c in candidates)
+    names = {str(c.memory.meta["name"]) for c in candidates if c.memory.meta.get("name")}
+    speakers = speaker_names(query, names) if query else set()
     results = []
     for c in candidates:
         bm25 = c.bm25 / top_bm25
-        relevance = 0.5 * bm25 + 0.5 * max(c.dense, 0.0) if has_dense else bm25
+        relevance = fused(c) if hybrid else bm25
+        if speakers and spoken_by(c.memory, speakers):
+            relevance = min(1.0, relevance + SPEAKER_BONUS)
         age_hours = max(0.0, now_ms - c.memory.updated_at) / 3_600_000
         recency = 0.5 ** (age_hours / half_life_hours)
         importance = c.memory.importance / 10
@@ -106,6 +124,19 @@ def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float) -
                  "importance": round(importance, 4), "recency": round(recency, 4)}
         results.append(RetrievedMemory(**c.memory.model_dump(), score=round(score, 4), score_parts=parts))
     return results
+
+
+def fused(candidate: Scored) -> float:
+    """Return the reciprocal-rank fusion of a candidate's BM25 and dense ranks, in [0, 1]."""
+    best = (BM25_WEIGHT + DENSE_WEIGHT) / (RRF_K + 1)
+    total = sum(weight / (RRF_K + rank) for weight, rank in ((BM25_WEIGHT, candidate.bm25_rank),
+                                                             (DENSE_WEIGHT, candidate.dense_rank)) if rank)
+    return total / best
+
+
+def spoken_by(memory: Memory, speakers: set[str]) -> bool:
+    """Return True when an archived message was said by one of the speakers (by `name` or by role)."""
+    return memory.kind == "turn" and bool(speakers & {memory.meta.get("name"), memory.meta.get("role")})
 
 
 def cut(memory: RetrievedMemory, max_tokens: int, tokenizer: Tokenizer) -> RetrievedMemory:

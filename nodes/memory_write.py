@@ -9,14 +9,17 @@ from pydantic import BeforeValidator, Field, field_validator
 from common.deps import Deps
 from common.errors import ValidationError
 from common.models import (
+    KEY_PATTERN,
     Memory,
     MemoryKind,
     Message,
     MessageList,
     Namespace,
     NodeResponse,
+    SafeJsonObject,
     Scope,
     StrictModel,
+    TurnNumber,
     parse_json_string,
 )
 from nodes.spec import Description, NodeSpec
@@ -42,14 +45,14 @@ class MemoryItem(StrictModel):
     kind: MemoryKind = Field(default="fact", description="What the memory is; decides default importance.")
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="The memory text.")
     key: str | None = Field(
-        default=None, max_length=128, pattern=r"^[^\"'\\`\x00-\x1f]+$",
+        default=None, max_length=128, pattern=KEY_PATTERN,
         description="Topic key: a new decision/constraint/preference with the same key supersedes the old one.",
     )
     importance: float | None = Field(default=None, ge=0, le=10, description="0–10; default by kind.")
     scope: Scope = Field(default="session", description="session | user | agent | shared.")
-    meta: dict[str, Any] = Field(default_factory=dict, description="Caller provenance, stored untouched.")
-    turn: int | None = Field(default=None, ge=0, description="Turn the memory comes from.")
-    turn_range: list[int] | None = Field(default=None, min_length=2, max_length=2, description="[from, to].")
+    meta: SafeJsonObject = Field(default_factory=dict, description="Caller provenance, stored untouched.")
+    turn: TurnNumber | None = Field(default=None, description="Turn the memory comes from.")
+    turn_range: list[TurnNumber] | None = Field(default=None, min_length=2, max_length=2, description="[from, to].")
 
     @field_validator("content")
     @classmethod
@@ -122,8 +125,8 @@ def extracted_items(messages: list[Message]) -> list[MemoryItem]:
         if message.role not in ("user", "assistant"):
             continue
         for event in extract_events(message.content, role=message.role):
-            items.append(MemoryItem(kind=cast(MemoryKind, event.kind), content=event.content[:MAX_CONTENT_CHARS], key=event.key,
-                                    meta=message.meta, turn=message.turn))
+            items.append(MemoryItem(kind=cast(MemoryKind, event.kind), content=event.content[:MAX_CONTENT_CHARS],
+                                    key=event.key, meta=message.meta, turn=message.turn))
     return items
 
 

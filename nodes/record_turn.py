@@ -8,10 +8,10 @@ from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
 from common.errors import ConflictError
-from common.models import Message, MessageList, Namespace, NodeResponse, StrictModel
+from common.models import MAX_VERSION, Message, MessageList, Namespace, NodeResponse, StrictModel, parse_json_object
 from compaction.segments import group_turns
 from nodes.compact import CompactOptions, CompactStats, archive_turns, compact_state
-from nodes.edit_context import Edit, EditContextRequest, EditRules, _parse_object
+from nodes.edit_context import Edit, EditContextRequest, EditRules
 from nodes.edit_context import run as edit_context
 from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_item
 from nodes.spec import Description, NodeSpec
@@ -23,15 +23,15 @@ class RecordTurnRequest(Namespace):
     """The new messages of one turn (user, assistant, tool), to add to the session."""
 
     messages: MessageList = Field(min_length=1, max_length=500)
-    expected_version: int | None = Field(default=None, ge=0, description="409 if the session moved on.")
+    expected_version: int | None = Field(default=None, ge=0, le=MAX_VERSION, description="409 if the session moved on.")
     edit: bool = Field(default=True, description="Edit the buffer by `rules` (pleasantries, duplicates, tool output).")
-    rules: Annotated[EditRules, BeforeValidator(_parse_object)] = Field(default_factory=EditRules)
+    rules: Annotated[EditRules, BeforeValidator(parse_json_object)] = Field(default_factory=EditRules)
     protect_last: int = Field(default=2, ge=0, le=1000, description="Turns the edit never touches.")
     extract: bool = Field(default=True, description="Write memory events found in the new messages.")
     dedupe_threshold: float = Field(default=0.9, ge=0.5, le=1.0)
     redact_pii: bool = Field(default=False, description="Mask personal data in memories and the buffer.")
     compact: bool = Field(default=True, description="Compact when the trigger is reached.")
-    compaction: Annotated[CompactOptions, BeforeValidator(_parse_object)] = Field(default_factory=CompactOptions)
+    compaction: Annotated[CompactOptions, BeforeValidator(parse_json_object)] = Field(default_factory=CompactOptions)
 
 
 class CompactionSummary(StrictModel):

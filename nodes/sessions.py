@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from common.deps import Deps
-from common.models import Message, Namespace, NodeResponse, Segment
+from common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
 from compaction.render import render_working_summary
 from nodes.spec import Description, NodeSpec
 from storage.sessions import SessionRepository, SessionState, VersionInfo
@@ -14,7 +14,7 @@ from storage.sessions import SessionRepository, SessionState, VersionInfo
 class SessionStateRequest(Namespace):
     """Which session, and optionally which version (default: the latest)."""
 
-    version: int | None = Field(default=None, ge=1, description="A kept version; default the latest.")
+    version: int | None = Field(default=None, ge=1, le=MAX_VERSION, description="A kept version; default the latest.")
 
 
 class SessionStateResponse(NodeResponse):
@@ -35,8 +35,8 @@ class SessionVersionsResponse(NodeResponse):
 class SessionRollbackRequest(Namespace):
     """Make an earlier version the current state again (as a new version: history is never rewritten)."""
 
-    version: int = Field(ge=1, description="The version to restore.")
-    expected_version: int | None = Field(default=None, ge=0, description="409 if the session moved on.")
+    version: int = Field(ge=1, le=MAX_VERSION, description="The version to restore.")
+    expected_version: int | None = Field(default=None, ge=0, le=MAX_VERSION, description="409 if the session moved on.")
 
 
 def state_response(state: SessionState) -> SessionStateResponse:

@@ -31,6 +31,8 @@ class Scored:
     memory: Memory
     bm25: float = 0.0
     dense: float = 0.0
+    bm25_rank: int | None = None  # 1-based position in the BM25 list, for rank fusion
+    dense_rank: int | None = None  # 1-based position in the dense list
 
 
 def memory_spec(prefix: str, dense_dim: int) -> CollectionSpec:
@@ -165,19 +167,29 @@ class MemoryRepository:
         """Return how many memories match a filter (up to the store's window)."""
         return len(self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=["id"], limit=16384))
 
-    def search(self, tenant: str, query: str, where: Filter, *, limit: int) -> list[Scored]:
-        """Return BM25 (and dense, when configured) candidates for a query, merged by id."""
+    def search(self, tenant: str, query: str, where: Filter, *, limit: int,
+               dense_limit: int | None = None) -> list[Scored]:
+        """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
+
+        Rows BM25 scores 0 (no shared term; Lite returns them anyway) keep no BM25 rank.
+        """
         flt = tenant_filter(tenant).and_(where)
         found: dict[str, Scored] = {}
-        if query.strip():
-            for hit in self.store.search_text(self.spec.name, query, limit=limit, where=flt, fields=OUTPUT_FIELDS):
-                found[hit.id] = Scored(from_record({"id": hit.id, **hit.record}), bm25=hit.score)
-        if self.embedder and query.strip():
+        if not query.strip():
+            return []
+        hits = self.store.search_text(self.spec.name, query, limit=limit, where=flt, fields=OUTPUT_FIELDS)
+        for position, hit in enumerate(hits, start=1):
+            found[hit.id] = Scored(from_record({"id": hit.id, **hit.record}), bm25=hit.score,
+                                   bm25_rank=position if hit.score > 0 else None)
+        if self.embedder:
             vector = self.embedder.embed(query)
-            for hit in self.store.search_dense(self.spec.name, vector, limit=limit, where=flt, fields=OUTPUT_FIELDS):
+            dense_hits = self.store.search_dense(self.spec.name, vector, limit=dense_limit or limit, where=flt,
+                                                 fields=OUTPUT_FIELDS)
+            for position, hit in enumerate(dense_hits, start=1):
                 previous = found.get(hit.id)
                 memory = previous.memory if previous else from_record({"id": hit.id, **hit.record})
-                found[hit.id] = Scored(memory, bm25=previous.bm25 if previous else 0.0, dense=hit.score)
+                found[hit.id] = Scored(memory, bm25=previous.bm25 if previous else 0.0, dense=hit.score,
+                                       bm25_rank=previous.bm25_rank if previous else None, dense_rank=position)
         return list(found.values())
 
 

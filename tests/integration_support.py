@@ -13,14 +13,14 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.conftest import ROOT, free_port, server_env, wait_for_port
+from tests.conftest import ROOT, server_env, wait_for_port
 
 PY312 = ROOT / ".venv312" / "bin" / "python"
 PY312_SCRIPTS = ROOT / "tests" / "py312"

@@ -5,7 +5,7 @@ Python 3.12 only (graphon's floor); the integration tests call this in a subproc
             [--inspect-only]
 --env overrides environment-variable values the way a Dify user edits them in the app settings.
 --llm-stand-in replaces one LLM node with a code node that has the same id and the same `text` output,
-so the rest of a chatflow runs offline; the code echoes the node's rendered prompt.
+so the rest of a chatflow runs offline (graphon's LLM node needs a model plugin and credentials).
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from graphon.dsl import DslError, inspect, loads
 from graphon.engine_events.graph import GraphRunFailedEvent, GraphRunSucceededEvent
 from graphon.engine_events.node import NodeRunExceptionEvent, NodeRunFailedEvent, NodeRunSucceededEvent
 from graphon.nodes.llm.entities import LLMNodeData
+from graphon.nodes.tool.entities import ToolNodeData
 
-# The stand-in answers with everything the real LLM would have been sent, so a test can see what reached it.
+# The stand-in's inputs are the rendered system and user prompts, so the run's node outputs show what the LLM
+# would have received; it answers with a short acknowledgement of the user's last line.
 STAND_IN_CODE = '''
 def main(system: str, user: str) -> dict:
-    return {"text": "SYSTEM:\\n" + system + "\\nUSER:\\n" + user}
+    return {"text": "好的，已收到：" + user.strip().splitlines()[-1]}
 '''
 
 
@@ -97,11 +99,13 @@ def selector_variable(name: str, template: str) -> dict[str, Any]:
 
 
 def validate_node_data(document: dict[str, Any]) -> list[str]:
-    """Validate node types graphon's default factory does not build (LLM) against graphon's own models."""
+    """Validate the nodes that need a model or the plugin daemon to run against graphon's own models."""
+    models = {"llm": LLMNodeData, "tool": ToolNodeData}
     checked = []
     for node in document["workflow"]["graph"]["nodes"]:
-        if node["data"]["type"] == "llm":
-            LLMNodeData.model_validate(node["data"])
+        model = models.get(node["data"]["type"])
+        if model is not None:
+            model.model_validate(node["data"])
             checked.append(node["id"])
     return checked
 
@@ -110,16 +114,19 @@ def run(engine: Any) -> dict[str, Any]:
     outputs: dict[str, Any] = {}
     failures: list[dict[str, str]] = []
     status, error = "unknown", ""
-    for event in engine.run():
-        if isinstance(event, NodeRunSucceededEvent):
-            outputs[event.node_id] = dict(event.node_run_result.outputs or {})
-        elif isinstance(event, NodeRunFailedEvent | NodeRunExceptionEvent):
-            failures.append({"node_id": event.node_id, "error": event.error})
-        elif isinstance(event, GraphRunSucceededEvent):
-            status, final = "succeeded", dict(event.outputs)
-            outputs["__graph__"] = final
-        elif isinstance(event, GraphRunFailedEvent):
-            status, error = "failed", event.error
+    try:
+        for event in engine.run():
+            if isinstance(event, NodeRunSucceededEvent):
+                outputs[event.node_id] = dict(event.node_run_result.outputs or {})
+            elif isinstance(event, NodeRunFailedEvent | NodeRunExceptionEvent):
+                failures.append({"node_id": event.node_id, "error": event.error})
+            elif isinstance(event, GraphRunSucceededEvent):
+                status = "succeeded"
+                outputs["__graph__"] = dict(event.outputs)
+            elif isinstance(event, GraphRunFailedEvent):
+                status, error = "failed", event.error
+    except Exception as exc:  # a node failing without an error strategy ends the run with an exception
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
     return {"status": status, "error": error, "node_outputs": outputs, "failures": failures}
 
 

@@ -1,0 +1,27 @@
+"""gunicorn settings for production: `gunicorn -c deploy/gunicorn.conf.py` from the repository root.
+
+One worker process with threads. Two reasons: the session lock that keeps concurrent writers to one session
+from losing an update lives in the process, and a Milvus Lite file admits one process. Scale with threads
+(ACN_THREADS) and a Milvus server behind ACN_MILVUS_URI; see docs/DEPLOYMENT.md.
+"""
+
+import os
+
+wsgi_app = "server:create_app()"
+bind = os.environ.get("ACN_BIND", "127.0.0.1:8000")
+workers = 1
+worker_class = "gthread"
+threads = int(os.environ.get("ACN_THREADS", "8"))
+# record_turn may compact a long session; LLM compaction adds its provider timeout.
+timeout = 120
+graceful_timeout = 30
+# Access logs add nothing to the server's own JSON request logs.
+accesslog = None
+
+
+def worker_exit(server, worker):  # noqa: ARG001 - gunicorn's hook signature
+    """Flush and close the store when the worker stops (SIGTERM, SIGINT or a restart)."""
+    app = getattr(worker, "wsgi", None)
+    runtime = getattr(app, "extensions", {}).get("acn")
+    if runtime is not None:
+        runtime.close()

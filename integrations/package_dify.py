@@ -1,0 +1,75 @@
+"""Build the Dify plugin package: `python -m integrations.package_dify [-o dist/x.difypkg]`.
+
+A .difypkg is a zip of the plugin directory with manifest.yaml at its root and forward-slash paths, minus the
+.difyignore patterns — what `dify plugin package` writes (read from dify-plugin-daemon's packager; the Go CLI
+is not installable from PyPI, so this script stands in for it). The package is unsigned: self-hosted Dify
+installs it with FORCE_VERIFYING_SIGNATURE=false, or after `dify signature sign`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import sys
+import zipfile
+from pathlib import Path
+
+from integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT
+
+# dify-plugin-daemon's default MAX_PLUGIN_PACKAGE_SIZE (uncompressed).
+MAX_BYTES = 52_428_800
+
+
+def ignore_patterns(plugin_dir: Path) -> list[str]:
+    """Return the .difyignore patterns (gitignore syntax; the subset this plugin uses)."""
+    path = plugin_dir / ".difyignore"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def ignored(relative: str, patterns: list[str]) -> bool:
+    """Return True when a path matches a pattern: `dir/` matches the directory anywhere, else a name glob."""
+    parts = relative.split("/")
+    for pattern in patterns:
+        if pattern.endswith("/"):
+            if pattern.rstrip("/") in parts[:-1]:
+                return True
+        elif fnmatch.fnmatch(parts[-1], pattern) or fnmatch.fnmatch(relative, pattern):
+            return True
+    return False
+
+
+def package_files(plugin_dir: Path) -> list[Path]:
+    """Return the files that go into the package, sorted."""
+    patterns = ignore_patterns(plugin_dir)
+    files = [p for p in plugin_dir.rglob("*") if p.is_file()]
+    return sorted(p for p in files if not ignored(p.relative_to(plugin_dir).as_posix(), patterns))
+
+
+def build(output: Path, plugin_dir: Path = PLUGIN_DIR) -> Path:
+    """Write the package and return its path; refuse one larger than the daemon accepts."""
+    files = package_files(plugin_dir)
+    size = sum(p.stat().st_size for p in files)
+    if size > MAX_BYTES:
+        raise SystemExit(f"plugin is {size} bytes uncompressed; the daemon accepts at most {MAX_BYTES}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(output, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in files:
+            archive.write(path, path.relative_to(plugin_dir).as_posix())
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    from common.openapi import PACK
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = ROOT / "dist" / f"{PLUGIN_NAME}-{PACK['version']}.difypkg"
+    parser.add_argument("-o", "--output", type=Path, default=default)
+    args = parser.parse_args(argv)
+    path = build(args.output)
+    print(f"wrote {path} ({path.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

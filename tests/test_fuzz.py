@@ -1,0 +1,16 @@
+"""A short schemathesis run in the default suite (bench/fuzz.py runs ~10,000 cases)."""
+
+from __future__ import annotations
+
+import re
+
+from bench.fuzz import fuzz
+
+
+def test_generated_requests_never_get_a_5xx_or_a_response_outside_its_schema() -> None:
+    run = fuzz(examples=20, seed=20261130)
+    summary = run.stdout[-3000:]
+    assert run.returncode == 0, summary
+    generated = re.search(r"(\d+) generated", summary)
+    assert generated and int(generated.group(1)) >= 150, summary
+    assert "failed" not in summary.split("SUMMARY")[-1].lower() or "0 failed" in summary, summary
