@@ -143,14 +143,19 @@ def read_json_body() -> dict[str, Any]:
     if _nesting_depth(text) > MAX_JSON_DEPTH:
         raise BadRequestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        body = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
+        body = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
         raise BadRequestError(f"malformed JSON: {error}") from None
     if not isinstance(body, dict):
         raise BadRequestError("the body must be a JSON object")
     if _SURROGATE_ESCAPE.search(text):
         _reject_lone_surrogates(body)
     return body
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and neither does the store.
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def _reject_lone_surrogates(body: dict[str, Any]) -> None:

@@ -39,3 +39,9 @@ def layer_shares(available: int, ratios: BudgetRatios) -> dict[str, int]:
     weights = {"memory": ratios.persistent, "working": ratios.working, "history": ratios.immediate}
     total = sum(weights.values())
     return {layer: int(available * weight / total) for layer, weight in weights.items()}
+
+# Focused mode answers from what retrieval finds (seed 004 §2.2): retrieved memories and archived turns get
+# the largest share; recent turns keep enough for continuity. Unused budget still flows between layers.
+MODE_DEFAULTS: dict[str, BudgetRatios] = {
+    "focused": BudgetRatios(system=0.15, immediate=0.30, working=0.15, persistent=0.40),
+}

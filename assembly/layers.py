@@ -6,6 +6,7 @@ from assembly.fit import Item
 from common.models import Memory, Message, Segment
 from compaction.render import LABELS, render_decision, render_header
 from compaction.segments import group_turns
+from assembly.recall import message_order
 from nodes.memory_retrieve import render_memories
 from text.similarity import normalise, shingles
 
@@ -22,7 +23,9 @@ def memory_items(memories: list[Memory], language: str) -> list[Item]:
         seen.add(text)
         source = {"id": memory.id, "kind": memory.kind, "layer": "memory", "turn_range": memory.turn_range,
                   "meta": memory.meta}
-        items.append(Item(key=memory.id, variants=[render_memories([memory], language)], order=(0, rank),
+        # Facts first in rank order, then archived messages in conversation order (easier to follow).
+        order = (1, *message_order(memory)) if memory.kind == "turn" else (0, rank, 0, 0)
+        items.append(Item(key=memory.id, variants=[render_memories([memory], language)], order=order,
                           source=source))
     return items
 

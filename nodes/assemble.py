@@ -7,10 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from assembly.budget import FLOW_ORDER, PHASES, BudgetRatios, layer_shares
+from assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from assembly.current import current_memories, current_segments, stale_values
 from assembly.fit import Fitted, Item, fit_message_items, fit_text_items
 from assembly.layers import memory_items, note_items, segment_items, turn_items
+from assembly.recall import TURN_POOL, focused_memories
 from common.deps import Deps
 from common.errors import ValidationError
 from common.models import (
@@ -60,8 +61,10 @@ class AssembleRequest(Namespace):
     phase: Literal["requirement", "execution", "closing"] | None = Field(
         default=None, description="Phase preset for the ratios (overrides budget).")
     top_k: int = Field(default=5, ge=0, le=50, description="Memories retrieved for the input (focused mode).")
-    archive_top_k: int = Field(default=3, ge=0, le=50,
-                               description="Archived raw turns retrieved verbatim for the input (focused mode).")
+    archive_top_k: int | None = Field(
+        default=None, ge=0, le=50,
+        description="Archived raw messages retrieved verbatim for the input (focused mode); default: as many "
+                    "as the memory layer's budget holds, up to 50.")
     language: Language | None = Field(default=None, description="Language of tags; default: the input's.")
 
 
@@ -115,7 +118,7 @@ def run(request: AssembleRequest, deps: Deps) -> AssembleResponse:
                               f"{request.max_tokens}", [f"max_tokens: at least {fixed} needed"])
     stale = stale_values(deps.providers["memories"], deps.tenant, request)
     candidates, withheld = layer_candidates(request, deps, state, history, mode, language, stale)
-    fitted = fit_layers(candidates, request.max_tokens - fixed, ratios(request), deps)
+    fitted = fit_layers(candidates, request.max_tokens - fixed, ratios(request, mode), deps)
     return build_response(request, mode, system_messages, user, fitted, withheld, deps)
 
 
@@ -126,11 +129,11 @@ def resolve_mode(mode: Mode, user_input: str) -> str:
     return "snapshot" if _PLANNING.search(user_input) else "focused"
 
 
-def ratios(request: AssembleRequest) -> BudgetRatios:
-    """Return the layer ratios: phase preset, explicit budget, or the defaults."""
+def ratios(request: AssembleRequest, mode: str) -> BudgetRatios:
+    """Return the layer ratios: phase preset, explicit budget, or the mode's defaults."""
     if request.phase:
         return PHASES[request.phase]
-    return request.budget or BudgetRatios()
+    return request.budget or MODE_DEFAULTS.get(mode, BudgetRatios())
 
 
 def session_state(request: AssembleRequest, deps: Deps) -> SessionState:
@@ -160,7 +163,7 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
         working = segment_items(current_segments(state.segments, stale, language), request.user_input, language,
                                 brief_only=mode == "streaming")
     in_history = {m.turn for m in history if m.turn is not None}
-    found = [m for m in memory_candidates(request, deps, mode)
+    found = [m for m in memory_candidates(request, deps, mode, history)
              if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in in_history)]
     served, stale_memories = current_memories(found, stale)
     memory = memory_items(served, language) if request.memories is None else note_items(request.memories, language,
@@ -171,17 +174,19 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
     return {"memory": memory, "working": working, "history": turn_items(history)}, withheld
 
 
-def memory_candidates(request: AssembleRequest, deps: Deps, mode: str) -> list[Memory]:
+def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: list[Message]) -> list[Memory]:
     """Return stored memories for the layer: standing state (snapshot), or retrieval for the input (focused)."""
     if request.memories is not None or mode == "streaming":
         return []
     found: list[Memory] = []
     if mode == "snapshot":
         found += standing_memories(request, deps)
-    if request.user_input.strip() and request.top_k:
-        found += retrieve(request, deps, kinds=None, top_k=request.top_k)
-    if mode == "focused" and request.user_input.strip() and request.archive_top_k:
-        found += retrieve(request, deps, kinds=["turn"], top_k=request.archive_top_k)
+        if request.user_input.strip() and request.top_k:
+            found += retrieve(request, deps, kinds=None, top_k=request.top_k)
+    elif request.user_input.strip():
+        pool = TURN_POOL if request.archive_top_k is None else request.archive_top_k
+        found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
+                                  history=history)
     return list({m.id: m for m in found}.values())
 
 

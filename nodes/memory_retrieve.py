@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Annotated, Literal
 
@@ -13,8 +14,10 @@ from nodes.memory_write import repository
 from nodes.spec import Description, NodeSpec
 from storage.base import Filter
 from storage.memories import Scored, kinds_filter, live_filter, scope_filter
+from text.dates import normalise_date
 from text.lang import detect_language
 from text.query import speaker_names
+from text.terms import content_terms, coverage, idf_weights
 from text.tokens import Tokenizer
 from text.triggers import needs_memory
 
@@ -22,17 +25,22 @@ from text.triggers import needs_memory
 RELEVANCE_WEIGHT = 0.7
 SALIENCE_WEIGHT = 0.3
 CANDIDATE_FACTOR = 8
+MAX_POOL = 120
 # Reciprocal rank fusion of the BM25 and dense lists (Cormack et al. use 60; a small k keeps the top of
 # each list apart from its tail, which matters when only a few dozen candidates are kept).
 RRF_K = 10
 BM25_WEIGHT = 1.0
 DENSE_WEIGHT = 1.0
-# A memory spoken by the person a query names ("what did Caroline …", "我之前说…") is more likely the answer.
-SPEAKER_BONUS = 0.15
+# The store's BM25 does not stem ("research" misses "researching"): the candidates are re-scored by the
+# IDF-weighted share of the query's stemmed content terms they contain (IDF over the candidates).
+COVERAGE_WEIGHT = 2.0
+# A message spoken by the person a query names ("what did Caroline …", "我之前说…") is more likely the answer.
+SPEAKER_BONUS = 0.3
 KIND_LABELS_ZH = {
     "identity": "身份", "preference": "偏好", "constraint": "约束", "decision": "决策", "fact": "事实",
     "todo": "待办", "artifact": "产出", "knowledge": "知识", "summary": "摘要", "turn": "原话",
 }
+ROLE_LABELS_ZH = {"user": "用户", "assistant": "助手", "tool": "工具"}
 
 
 class MemoryRetrieveRequest(Namespace):
@@ -58,7 +66,7 @@ class MemoryRetrieveRequest(Namespace):
 
 class RetrievedMemory(Memory):
     score: float = Field(description="Final score in [0, 1].")
-    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency.")
+    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, coverage, importance, recency.")
 
 
 class MemoryRetrieveResponse(NodeResponse):
@@ -89,7 +97,8 @@ def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
         found = memories.find(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100)
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
-        candidates = memories.search(deps.tenant, request.query, where, limit=request.top_k * CANDIDATE_FACTOR)
+        pool = max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
+        candidates = memories.search(deps.tenant, request.query, where, limit=pool)
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours
@@ -100,28 +109,34 @@ def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
 
 def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
               query: str = "") -> list[RetrievedMemory]:
-    """Combine relevance (BM25, fused with dense by reciprocal rank when present) with importance × recency.
+    """Combine relevance with importance × recency decay.
 
-    relevance is BM25 normalised by the best hit, or, with an embedder, the weighted reciprocal-rank fusion
-    of both lists normalised by its best possible value; a memory spoken by someone the query names gets
-    SPEAKER_BONUS on top (capped at 1).
+    relevance = (engine + COVERAGE_WEIGHT × coverage + SPEAKER_BONUS if spoken by whom the query names) /
+    (1 + COVERAGE_WEIGHT + SPEAKER_BONUS), in [0, 1]; engine is BM25 normalised by the best hit or, with an
+    embedder, the reciprocal-rank fusion of the BM25 and dense lists; coverage is the IDF-weighted share of the
+    query's stemmed content terms found in the memory.
     """
     top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
     hybrid = any(c.dense_rank is not None for c in candidates)
     names = {str(c.memory.meta["name"]) for c in candidates if c.memory.meta.get("name")}
     speakers = speaker_names(query, names) if query else set()
+    query_terms = content_terms(query)
+    documents = [content_terms(c.memory.content) for c in candidates] if query_terms else [[] for _ in candidates]
+    idf = idf_weights(documents)
+    unseen = math.log(1 + len(documents) + 0.5)
+    scale = 1 + (COVERAGE_WEIGHT if query_terms else 0) + (SPEAKER_BONUS if speakers else 0)
     results = []
-    for c in candidates:
+    for c, terms in zip(candidates, documents, strict=True):
         bm25 = c.bm25 / top_bm25
-        relevance = fused(c) if hybrid else bm25
-        if speakers and spoken_by(c.memory, speakers):
-            relevance = min(1.0, relevance + SPEAKER_BONUS)
+        covered = coverage(query_terms, terms, idf, unseen)
+        speaker = SPEAKER_BONUS if speakers and spoken_by(c.memory, speakers) else 0.0
+        relevance = ((fused(c) if hybrid else bm25) + COVERAGE_WEIGHT * covered + speaker) / scale
         age_hours = max(0.0, now_ms - c.memory.updated_at) / 3_600_000
         recency = 0.5 ** (age_hours / half_life_hours)
         importance = c.memory.importance / 10
         score = RELEVANCE_WEIGHT * relevance + SALIENCE_WEIGHT * importance * recency
         parts = {"relevance": round(relevance, 4), "bm25": round(bm25, 4), "dense": round(c.dense, 4),
-                 "importance": round(importance, 4), "recency": round(recency, 4)}
+                 "coverage": round(covered, 4), "importance": round(importance, 4), "recency": round(recency, 4)}
         results.append(RetrievedMemory(**c.memory.model_dump(), score=round(score, 4), score_parts=parts))
     return results
 
@@ -146,18 +161,29 @@ def cut(memory: RetrievedMemory, max_tokens: int, tokenizer: Tokenizer) -> Retri
 
 
 def source_tag(memory: Memory, language: str) -> str:
-    """Return the tag that tells the model a line comes from memory, with its kind and turns."""
-    if language == "zh":
-        parts = ["来自记忆", KIND_LABELS_ZH.get(memory.kind, memory.kind)]
-        if memory.turn_range:
-            parts.append(turns_label(memory.turn_range, "zh"))
-    else:
-        parts = ["from memory", memory.kind]
-        if memory.turn_range:
-            parts.append(turns_label(memory.turn_range, "en"))
+    """Return the tag that tells the model a line comes from memory: kind, turns and, when known, time."""
+    parts = ["来自记忆" if language == "zh" else "from memory"]
+    if memory.kind != "turn":  # an archived message says who spoke instead (see render_memory)
+        parts.append(KIND_LABELS_ZH.get(memory.kind, memory.kind) if language == "zh" else memory.kind)
+    if memory.turn_range:
+        parts.append(turns_label(memory.turn_range, language))
+    when = memory.meta.get("time") or memory.meta.get("date")
+    if isinstance(when, str) and when.strip():
+        parts.append(normalise_date(when))
     if memory.valid_to:
         parts.append("已被取代" if language == "zh" else "superseded")
     return "[" + " · ".join(parts) + "]"
+
+
+def speaker_label(memory: Memory, language: str) -> str:
+    """Return who said an archived message (its name, else its role), or "" for other memories."""
+    if memory.kind != "turn":
+        return ""
+    name = memory.meta.get("name")
+    if isinstance(name, str) and name:
+        return name
+    role = str(memory.meta.get("role") or "")
+    return ROLE_LABELS_ZH.get(role, role) if language == "zh" else role
 
 
 def turns_label(turn_range: list[int], language: str) -> str:
@@ -170,8 +196,14 @@ def turns_label(turn_range: list[int], language: str) -> str:
 
 
 def render_memories(memories: list[RetrievedMemory] | list[Memory], language: str) -> str:
-    """Return one tagged line per memory."""
-    return "\n".join(f"{source_tag(m, language)} {m.content}" for m in memories)
+    """Return one tagged line per memory; an archived message names its speaker."""
+    return "\n".join(render_memory(m, language) for m in memories)
+
+
+def render_memory(memory: Memory, language: str) -> str:
+    """Return one memory as a tagged line: `[tag] content`, or `[tag] speaker: content` for a message."""
+    speaker = speaker_label(memory, language)
+    return f"{source_tag(memory, language)} {speaker + ': ' if speaker else ''}{memory.content}"
 
 
 NODE = NodeSpec(

@@ -105,3 +105,33 @@ def test_request_id_is_echoed_or_generated(client: FlaskClient) -> None:
 def test_success_envelope(client: FlaskClient, ns: dict[str, str]) -> None:
     body = post(client, "memory_retrieve", {**ns, "query": "x"}).get_json()
     assert body["ok"] is True and body["request_id"]
+
+
+@pytest.mark.parametrize("max_tokens", [-5, 0, 15, 2_000_001, 10**30, "many", None])
+def test_nonsense_budgets_are_422(client: FlaskClient, ns: dict[str, str], max_tokens: Any) -> None:
+    body = assert_error(post(client, "assemble", {**ns, "user_input": "你好", "max_tokens": max_tokens}), 422)
+    assert any(e.startswith("max_tokens") for e in body["errors"])
+
+
+def test_huge_strings_and_lists_are_422_and_store_nothing(client: FlaskClient, seeded: dict[str, str]) -> None:
+    huge_list = [{"kind": "fact", "content": f"事实 {i}"} for i in range(501)]
+    assert_error(post(client, "memory_write", {**seeded, "items": huge_list}), 422)
+    assert_error(post(client, "assemble", {**seeded, "user_input": "问" * 200_001}), 422)
+    assert_error(post(client, "record_turn", {**seeded, "messages": [{"role": "user", "content": "x"}] * 501}), 422)
+    assert_error(post(client, "memory_write", {**seeded, "items": [{"kind": "fact", "content": "x",
+                                                                     "meta": {"n": 2**70}}]}), 422)
+    assert_error(post(client, "record_turn", {**seeded, "messages": [{"role": "user", "content": "x",
+                                                                       "meta": {"n": float("inf")}}]}), 400)
+    assert len(stored(client, seeded)) == 1
+    assert post(client, "session_state", seeded).get_json()["version"] == 0
+
+
+def test_lone_surrogates_are_400(client: FlaskClient, ns: dict[str, str]) -> None:
+    body = '{"agent_id": "a", "session_id": "s", "items": [{"kind": "fact", "content": "bad \\ud800 half"}]}'
+    assert_error(client.post("/v1/nodes/memory_write", data=body, content_type="application/json"), 400)
+
+
+def test_unknown_memory_id_shapes_are_404(client: FlaskClient) -> None:
+    for bad in ('x" or 1==1', "a b", "%22"):
+        assert_error(client.get(f"/v1/memories/{bad}"), 404)
+        assert_error(client.delete(f"/v1/memories/{bad}"), 404)

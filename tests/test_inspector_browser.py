@@ -132,6 +132,13 @@ def show(page: Page, selector: str) -> None:
     page.locator(selector).evaluate("node => window.scrollTo(0, node.getBoundingClientRect().top + scrollY - 48)")
 
 
+def finish(page: Page, form: str) -> None:
+    """Wait until a form's request is over; a failed node call shows its error in the form's status."""
+    status = page.locator(f"{form} [data-status]")
+    page.wait_for_function("form => !document.querySelector(form).hasAttribute('aria-busy')", arg=form)
+    assert "error" not in (status.get_attribute("class") or ""), status.inner_text()
+
+
 def test_ui_sits_behind_the_api_key(server: Server) -> None:
     for path in ("/ui", "/ui/static/inspector.js", "/ui/agents/cs-bot/sessions/conv-60"):
         denied = requests.get(server.base + path, timeout=10)
@@ -216,6 +223,7 @@ def test_assemble_preview_bar_equals_the_api_tokens(open_page: Callable[..., Pag
     page.get_by_label("Budget (max tokens)").fill("2000")
     page.get_by_label("Mode").select_option("focused")
     page.get_by_role("button", name="Preview").click()
+    finish(page, "#assemble-form")
     expect(page.locator("#assemble-result")).to_be_visible()
     api = server.node("assemble", {**NS, **request})
     tokens = api["tokens"]
@@ -257,6 +265,7 @@ def test_memory_search_shows_score_parts_of_memory_retrieve(open_page: Callable[
     form.get_by_label("Query").fill("转账到哪个账户")
     form.get_by_label("Results (top_k)").fill("3")
     form.get_by_role("button", name="Search").click()
+    finish(page, "#retrieve-form")
     rows = page.locator("#retrieve-result tr[data-id]")
     expect(rows.first).to_be_visible()
     api = server.node("memory_retrieve", {**NS, "query": "转账到哪个账户", "top_k": 3})
@@ -301,6 +310,7 @@ def test_versions_diff_and_rollback_only_after_confirming(open_page: Callable[..
     page.get_by_label("From version").select_option("30")
     page.get_by_label("To version").select_option("60")
     page.get_by_role("button", name="Show diff").click()
+    finish(page, "#diff-form")
     diff = page.locator("#diff-result .diff")
     expect(diff).to_contain_text("Changes from v30 to v60")
     old = server.node("session_state", {**NS, "version": 30})
@@ -336,6 +346,7 @@ def test_labels_follow_the_browser_language(open_page: Callable[..., Page], serv
     expect(page.locator("#timeline-heading")).to_have_text(heading)
     page.locator("#assemble-input").fill("接下来的计划是什么？")
     page.locator("#assemble-form button[type=submit]").click()
+    finish(page, "#assemble-form")
     expect(page.locator('#token-legend tr[data-layer="working"] th')).to_have_text(layer)
     stamp = page.locator(".summary time")
     epoch = int(stamp.get_attribute("data-epoch-ms") or 0)

@@ -1,0 +1,82 @@
+"""Content terms for re-ranking: stemmed English words and jieba Chinese words, without stop words.
+
+The store's BM25 analyzer (jieba, lower case) does not stem: "research" does not find "researching". A light
+suffix stemmer on both sides lets the re-ranker see those matches. Numbers, dates and IDs stay whole.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9'_-]*")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
+STOP_EN = frozenset("""
+a about above after again against all am an and any are aren't as at be because been before being below between
+both but by can could did didn't do does doesn't doing don't down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is isn't it it's its itself just let's me more
+most my myself no nor not now of off on once only or other our ours ourselves out over own same she should so
+some such than that that's the their theirs them themselves then there these they this those through to too
+under until up very was wasn't we were what what's when where which while who whom why will with would you your
+yours yourself yourselves also ever still really yeah yes oh hey hi thanks thank like get got go going much many
+one something thing things kind lot sure well way know think tell told said say says
+""".split())
+STOP_ZH = frozenset("的 了 是 我 你 他 她 它 们 在 有 和 就 都 也 还 要 吗 呢 吧 啊 呀 么 什么 多少 哪 哪个 怎么 这 那 这个 那个 "
+                    "一个 之前 以前 刚才 现在 来着 一下 请 帮 给 把 被 说 过 会 能 可以".split())
+_SUFFIXES = ("ational", "ization", "fulness", "ousness", "iveness", "ements", "ement", "ments", "ment", "ness",
+             "ings", "ing", "edly", "ied", "ies", "ed", "ers", "er", "ly", "es", "s")
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """Return a crude stem: the longest known suffix removed while at least three letters remain."""
+    if not word.isalpha() or len(word) <= 3:
+        return word
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            base = word[: -len(suffix)]
+            if suffix in ("ied", "ies"):
+                return base + "y"
+            if len(base) > 3 and base[-1] == base[-2] and base[-1] not in "lsz":  # running -> run
+                return base[:-1]
+            return base.rstrip("e") if len(base) > 4 else base
+    return word.rstrip("e") if len(word) > 4 else word
+
+
+def content_terms(text: str) -> list[str]:
+    """Return the content terms of a text: stemmed English words and Chinese words, no stop words."""
+    lowered = text.lower()
+    terms = [stem(w.strip("'_-")) for w in _WORD.findall(lowered) if w not in STOP_EN]
+    if _CJK.search(lowered):
+        terms += [w for run in _CJK_RUN.findall(lowered) for w in _jieba_words(run) if w not in STOP_ZH]
+    return [t for t in terms if t]
+
+
+def _jieba_words(run: str) -> list[str]:
+    import jieba
+
+    return [w for w in jieba.cut_for_search(run) if w.strip()]
+
+
+def idf_weights(documents: Sequence[Iterable[str]]) -> dict[str, float]:
+    """Return an IDF weight per term over a set of documents (each an iterable of terms)."""
+    frequency: Counter[str] = Counter()
+    for terms in documents:
+        frequency.update(set(terms))
+    total = len(documents)
+    return {term: math.log(1 + (total - df + 0.5) / (df + 0.5)) for term, df in frequency.items()}
+
+
+def coverage(query_terms: Iterable[str], document_terms: Iterable[str], idf: dict[str, float],
+             default_idf: float) -> float:
+    """Return the IDF-weighted share of the query's terms that the document contains, in [0, 1]."""
+    wanted = set(query_terms)
+    if not wanted:
+        return 0.0
+    have = set(document_terms)
+    total = sum(idf.get(t, default_idf) for t in wanted)
+    return sum(idf.get(t, default_idf) for t in wanted & have) / total if total else 0.0
