@@ -6,6 +6,7 @@ import hashlib
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +27,7 @@ SESSION_FIELDS = {
 # VARCHAR limits are in bytes on Milvus servers: stay well below 65,535 whatever the script.
 CHUNK_BYTES = 60_000
 HEAD = "head"
+HEAD_CACHE_SIZE = 2048
 SNAPSHOT = "snapshot"
 
 
@@ -83,6 +85,10 @@ class SessionRepository:
         self.keep_versions = keep_versions
         self._locks_guard = threading.Lock()
         self._locks: dict[str, threading.RLock] = {}
+        # The latest state of recently used sessions. With a Lite file this process is the only writer,
+        # so the cache is the truth; against a server, a one-row version check validates it first.
+        self._heads: OrderedDict[tuple[str, str, str], SessionState] = OrderedDict()
+        self._exclusive = not getattr(store, "is_server", True)
 
     def open(self) -> None:
         """Create and load the collection."""
@@ -99,10 +105,26 @@ class SessionRepository:
 
     def head(self, tenant: str, namespace: Namespace) -> SessionState:
         """Return the latest state (version 0 and empty when the session is new)."""
-        rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version"], limit=1)
-        if not rows:
+        key = (tenant, namespace.agent_id, namespace.session_id)
+        with self._locks_guard:
+            cached = self._heads.get(key)
+        if cached is not None and self._exclusive:
+            return cached
+        version = self._stored_version(tenant, namespace)
+        if version == 0:
             return SessionState()
-        return self.read(tenant, namespace, int(rows[0]["version"]))
+        if cached is not None and cached.version == version:
+            return cached
+        state = self.read(tenant, namespace, version)
+        self._remember(key, state)
+        return state
+
+    def _remember(self, key: tuple[str, str, str], state: SessionState) -> None:
+        with self._locks_guard:
+            self._heads[key] = state
+            self._heads.move_to_end(key)
+            while len(self._heads) > HEAD_CACHE_SIZE:
+                self._heads.popitem(last=False)
 
     def read(self, tenant: str, namespace: Namespace, version: int) -> SessionState:
         """Return the state at one version; 404 when it does not exist (or was pruned)."""
@@ -123,13 +145,28 @@ class SessionRepository:
             raise ConflictError(f"session is at version {current}, not {expected_version}: reload and retry")
         new = state.model_copy(update={"version": current + 1, "reason": reason,
                                        "created_at": int(time.time() * 1000)})
-        self._write_snapshot(tenant, namespace, new)
-        self._write_head(tenant, namespace, new)
+        # Snapshot rows and the head row go in one upsert: one round trip, and the head never
+        # points at a version whose rows were not sent with it.
+        text = new.model_dump_json()
+        if self.redact:
+            # The masks replace digits and mailbox names inside JSON strings; quotes are never touched.
+            text = redact_pii(text)[0]
+            new = SessionState.model_validate_json(text)  # serve what a later read would return
+        self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text),
+                                           self._head_row(tenant, namespace, new)])
+        self._remember((tenant, namespace.agent_id, namespace.session_id), new)
         self._prune(tenant, namespace, new.version)
         return new
 
     def head_version(self, tenant: str, namespace: Namespace) -> int:
         """Return the latest version number (0 for a new session)."""
+        with self._locks_guard:
+            cached = self._heads.get((tenant, namespace.agent_id, namespace.session_id))
+        if cached is not None and self._exclusive:
+            return cached.version
+        return self._stored_version(tenant, namespace)
+
+    def _stored_version(self, tenant: str, namespace: Namespace) -> int:
         rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version"], limit=1)
         return int(rows[0]["version"]) if rows else 0
 
@@ -146,12 +183,12 @@ class SessionRepository:
         if session_id:
             where = where.and_(Filter("session_id == {ds}", {"ds": session_id}))
         self.store.delete(self.spec.name, where)
+        with self._locks_guard:
+            for key in [k for k in self._heads if k[:2] == (tenant, agent_id) and session_id in (None, k[2])]:
+                del self._heads[key]
 
-    def _write_snapshot(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
-        text = state.model_dump_json()
-        if self.redact:
-            # The masks replace digits and mailbox names inside JSON strings; quotes are never touched.
-            text = redact_pii(text)[0]
+    def _snapshot_rows(self, tenant: str, namespace: Namespace, state: SessionState,
+                       text: str) -> list[dict[str, Any]]:
         chunks = chunk_text(self.cipher.seal(text))
         info = {"reason": state.reason, "turn": state.turn, "buffer_messages": len(state.buffer),
                 "segments": len(state.segments)}
@@ -160,12 +197,11 @@ class SessionRepository:
                           version=state.version, part=index, parts=len(chunks), created_at=state.created_at,
                           chunk=chunk, info=info if index == 0 else {})
                 for index, chunk in enumerate(chunks)]
-        self.store.upsert(self.spec.name, rows)
+        return rows
 
-    def _write_head(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
-        row = self._row(tenant, namespace, id=f"{_session_key(tenant, namespace)}:head", row=HEAD,
-                        version=state.version, part=0, parts=0, created_at=state.created_at, chunk="", info={})
-        self.store.upsert(self.spec.name, [row])
+    def _head_row(self, tenant: str, namespace: Namespace, state: SessionState) -> dict[str, Any]:
+        return self._row(tenant, namespace, id=f"{_session_key(tenant, namespace)}:head", row=HEAD,
+                         version=state.version, part=0, parts=0, created_at=state.created_at, chunk="", info={})
 
     def _prune(self, tenant: str, namespace: Namespace, latest: int) -> None:
         oldest_kept = latest - self.keep_versions + 1
