@@ -2,7 +2,8 @@
 
 The server runs with an API key (the page sits behind the same check as the API), and a 60-turn conversation
 is recorded through record_turn with a small window, so that compaction and segment merges happen.
-Screenshots go to the test's tmp dir and are copied to bench/results/inspector-*.png.
+Screenshots go to the test's tmp dir; with ACN_SAVE_SCREENSHOTS=1 they are also copied to
+bench/results/inspector-*.png (the committed ones), so an ordinary run leaves the work tree clean.
 """
 
 from __future__ import annotations
@@ -119,11 +120,13 @@ def open_page(browser: Browser, server: Server) -> Iterator[Callable[..., Page]]
 
 
 def screenshot(page: Page, tmp_path: Path, name: str) -> Path:
-    """Save a laptop-sized screenshot in the test's tmp dir and copy it to bench/results/."""
+    """Save a laptop-sized screenshot in the test's tmp dir (and in bench/results/ when asked to)."""
     path = tmp_path / f"inspector-{name}.png"
     page.screenshot(path=str(path))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(path, RESULTS / path.name)
+    assert path.stat().st_size > 10_000  # a real rendering, not an empty page
+    if os.environ.get("ACN_SAVE_SCREENSHOTS") == "1":
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, RESULTS / path.name)
     return path
 
 
