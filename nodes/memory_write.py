@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import BeforeValidator, Field, field_validator
 
 from common.deps import Deps
-from common.errors import ValidationError
+from common.errors import ConflictError, ValidationError
 from common.models import (
     KEY_PATTERN,
     Memory,
@@ -23,11 +25,12 @@ from common.models import (
     parse_json_string,
 )
 from nodes.spec import Description, NodeSpec
-from storage.memories import MemoryRepository, kinds_filter, live_filter, new_memory_id, scope_filter
+from storage.base import Filter
+from storage.memories import MemoryRepository, kinds_filter, live_filter, new_memory_id, scope_filter, tenant_filter
 from text.events import extract_events
 from text.numbers import extract_key_numbers
 from text.pii import redact_pii
-from text.similarity import normalise, similarity
+from text.similarity import normalise, shingle_similarity, shingles
 
 # Rule-based importance, never model-judged (seed 004 §4.2): identity 8, rules/knowledge 7, preferences 6 …
 DEFAULT_IMPORTANCE: dict[str, float] = {
@@ -37,6 +40,8 @@ DEFAULT_IMPORTANCE: dict[str, float] = {
 SUPERSEDING_KINDS = ("decision", "constraint", "preference")
 MAX_CONTENT_CHARS = 8000
 DEDUPE_CANDIDATES = 5
+# A batch loads the namespace's live memories of its kinds once when there are at most this many.
+POOL_LIMIT = 2000
 
 
 class MemoryItem(StrictModel):
@@ -100,14 +105,24 @@ def run(request: MemoryWriteRequest, deps: Deps) -> MemoryWriteResponse:
     extracted = extracted_items(request.messages) if request.extract else []
     if not request.items and not (request.extract and request.messages):
         raise ValidationError("nothing to write: give items, or messages with extract: true")
-    results = []
-    # Dedup and supersede read before they write: one namespace's writes must not interleave.
-    with memories.namespace_lock(deps.tenant, request):
-        for item in [*request.items, *extracted]:
-            if request.redact_pii:
-                item = item.model_copy(update={"content": redact_pii(item.content)[0]})
-            results.append(write_item(memories, deps.tenant, request, item, request.dedupe_threshold))
+    items = [*request.items, *extracted]
+    if request.redact_pii:
+        items = [item.model_copy(update={"content": redact_pii(item.content)[0]}) for item in items]
+    results = write_items(memories, deps.tenant, request, items, request.dedupe_threshold)
     return MemoryWriteResponse(results=results, extracted=len(extracted))
+
+
+def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem],
+                threshold: float) -> list[WriteResult]:
+    """Write a batch: decide each item against what is stored and what the batch wrote, save once."""
+    if any(item.scope == "user" for item in items) and not namespace.user_id:
+        raise ValidationError("scope 'user' needs a user_id")
+    # Dedup and supersede read before they write: one namespace's writes must not interleave.
+    with memories.namespace_lock(tenant, namespace):
+        pool = Pool.load(memories, tenant, namespace, items)
+        results = [write_item(pool, namespace, item, threshold) for item in items]
+        pool.save()
+    return results
 
 
 def repository(deps: Deps) -> MemoryRepository:
@@ -130,28 +145,144 @@ def extracted_items(messages: list[Message]) -> list[MemoryItem]:
     return items
 
 
-def write_item(memories: MemoryRepository, tenant: str, namespace: Namespace, item: MemoryItem,
-               threshold: float) -> WriteResult:
-    """Write one item: duplicate, update in place, supersede by key, or add."""
-    if item.scope == "user" and not namespace.user_id:
-        raise ValidationError("scope 'user' needs a user_id")
-    now = memories.now_ms(tenant, namespace)
-    own = (scope_filter(namespace, [item.scope]).and_(live_filter(False))
-           .and_(kinds_filter([item.kind], exclude_turns=False)))
+@dataclass(frozen=True)
+class Known:
+    """What dedup needs of a stored memory; the full row is read only for the few that change."""
+
+    id: str
+    content: str
+    scope: str
+    kind: MemoryKind
+    key: str | None
+    version: int
+
+
+KNOWN_FIELDS = ["id", "content", "scope", "kind", "key", "version"]
+
+
+def known(memory: Memory | dict[str, Any]) -> Known:
+    """Return the dedup view of a memory or of a light store row."""
+    if isinstance(memory, Memory):
+        return Known(memory.id, memory.content, memory.scope, memory.kind, memory.key, memory.version)
+    return Known(memory["id"], memory["content"], memory["scope"], memory["kind"], memory["key"] or None,
+                 int(memory["version"]))
+
+
+class Pool:
+    """The live memories a batch can collide with, loaded in one query; the batch's writes saved in one upsert.
+
+    Near-duplicates are found through an inverted index of character bigrams, so a batch of n items against
+    m stored memories costs the postings it touches, not n × m comparisons. A namespace too large to load
+    (more than POOL_LIMIT rows of the batch's kinds) falls back to a BM25 search and a save per item.
+    """
+
+    def __init__(self, memories: MemoryRepository, tenant: str, loaded: list[Known] | None) -> None:
+        self.memories, self.tenant = memories, tenant
+        self.exhaustive = loaded is not None
+        self.live: dict[str, Known] = {}
+        self.grams: dict[str, frozenset[str]] = {}
+        self.postings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        self.pending: dict[str, Memory] = {}
+        self.new_ids: set[str] = set()
+        for memory in loaded or []:
+            self._index(memory)
+
+    @classmethod
+    def load(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem]) -> Pool:
+        scopes = sorted({item.scope for item in items})
+        kinds = sorted({item.kind for item in items})
+        where = scope_filter(namespace, scopes).and_(live_filter(False)).and_(kinds_filter(kinds, exclude_turns=False))
+        rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
+                                    limit=POOL_LIMIT + 1) if items else []
+        return cls(memories, tenant, [known(row) for row in rows] if len(rows) <= POOL_LIMIT else None)
+
+    def full(self, memory_id: str) -> Memory:
+        """Return the complete memory (as this batch left it, else as stored)."""
+        if memory_id in self.pending:
+            return self.pending[memory_id]
+        memory = self.memories.get(self.tenant, memory_id)
+        if memory is None:
+            raise ConflictError(f"memory {memory_id} vanished while writing; retry")
+        return memory
+
+    def same_key(self, item: MemoryItem) -> list[Memory]:
+        """Return the live memories of this item's scope and kind with the same key."""
+        if not self.exhaustive:
+            return [m for m in self.memories.find(self.tenant, self._own(item), limit=100) if m.key == item.key]
+        return [self.full(m.id) for m in self.live.values()
+                if m.scope == item.scope and m.kind == item.kind and m.key == item.key]
+
+    def nearest(self, item: MemoryItem) -> tuple[float, Known] | None:
+        """Return the most similar live memory of this item's scope and kind, with its similarity."""
+        target = shingles(item.content)
+        if not self.exhaustive:
+            found = [known(s.memory) for s in self.memories.search(self.tenant, item.content, self._own(item),
+                                                                    limit=DEDUPE_CANDIDATES)]
+            scored = [(shingle_similarity(shingles(m.content), target), m) for m in found]
+            return max(scored, key=lambda pair: pair[0], default=None)
+        overlap: Counter[str] = Counter()
+        for gram in target:
+            overlap.update(self.postings.get((item.scope, item.kind, gram), ()))
+        if not overlap:
+            return None
+        dice = {mid: 2 * count / (len(target) + len(self.grams[mid])) for mid, count in overlap.items()}
+        best = max(dice, key=lambda mid: dice[mid])
+        return dice[best], self.live[best]
+
+    def add(self, *created: Memory) -> None:
+        """Record memories created by this batch (inserted, not upserted)."""
+        self.new_ids.update(m.id for m in created)
+        self.put(*created)
+
+    def put(self, *changed: Memory) -> None:
+        """Record new or changed memories (closed ones leave the live pool)."""
+        for memory in changed:
+            self.pending[memory.id] = memory
+            self._unindex(memory.id)
+            if not memory.valid_to:
+                self._index(known(memory))
+        if not self.exhaustive:
+            self.save()
+
+    def save(self) -> None:
+        """Write everything pending in one upsert."""
+        if self.pending:
+            self.memories.save(self.tenant, list(self.pending.values()), new_ids=self.new_ids)
+            self.pending, self.new_ids = {}, set()
+
+    def _index(self, memory: Known) -> None:
+        grams = shingles(memory.content)
+        self.live[memory.id], self.grams[memory.id] = memory, grams
+        for gram in grams:
+            self.postings[(memory.scope, memory.kind, gram)].add(memory.id)
+
+    def _unindex(self, memory_id: str) -> None:
+        old = self.live.pop(memory_id, None)
+        if old is not None:
+            for gram in self.grams.pop(memory_id):
+                self.postings[(old.scope, old.kind, gram)].discard(memory_id)
+
+    @staticmethod
+    def _own(item: MemoryItem) -> Filter:
+        return kinds_filter([item.kind], exclude_turns=False).and_(Filter("scope == {own}", {"own": item.scope}))
+
+
+def write_item(pool: Pool, namespace: Namespace, item: MemoryItem, threshold: float) -> WriteResult:
+    """Decide one item: duplicate, update in place, supersede by key, or add."""
+    now = pool.memories.now_ms(pool.tenant, namespace)
     if item.key and item.kind in SUPERSEDING_KINDS:
-        same_key = [m for m in memories.find(tenant, own, limit=100) if m.key == item.key]
+        same_key = pool.same_key(item)
         if same_key:
-            return supersede(memories, tenant, namespace, item, same_key, now)
-    candidates = memories.search(tenant, item.content, own, limit=DEDUPE_CANDIDATES)
-    scored = [(similarity(c.memory.content, item.content), c.memory) for c in candidates]
-    if scored:
-        score, best = max(scored, key=lambda pair: pair[0])
+            return supersede(pool, namespace, item, same_key, now)
+    nearest = pool.nearest(item)
+    if nearest is not None:
+        score, best = nearest
         if normalise(best.content) == normalise(item.content):
             return result(best, "duplicate")
         if score >= threshold and not numbers_conflict(best.content, item.content):
-            return update_in_place(memories, tenant, best, item, now)
+            return update_in_place(pool, pool.full(best.id), item, now)
     memory = new_memory(namespace, item, now)
-    memories.save(tenant, [memory])
+    pool.add(memory)
     return result(memory, "added")
 
 
@@ -166,8 +297,7 @@ def numbers_conflict(old: str, new: str) -> bool:
     return not old_values <= new_values
 
 
-def supersede(memories: MemoryRepository, tenant: str, namespace: Namespace, item: MemoryItem,
-              old: list[Memory], now: int) -> WriteResult:
+def supersede(pool: Pool, namespace: Namespace, item: MemoryItem, old: list[Memory], now: int) -> WriteResult:
     """Add the new memory and close the old ones (valid_to, superseded_by); history stays queryable."""
     if any(normalise(m.content) == normalise(item.content) for m in old):
         return result(next(m for m in old if normalise(m.content) == normalise(item.content)), "duplicate")
@@ -175,11 +305,12 @@ def supersede(memories: MemoryRepository, tenant: str, namespace: Namespace, ite
     memory.version = max(m.version for m in old) + 1
     memory.history = [history_entry(m) for m in sorted(old, key=lambda m: m.updated_at)]
     closed = [m.model_copy(update={"valid_to": now, "superseded_by": memory.id, "updated_at": now}) for m in old]
-    memories.save(tenant, [memory, *closed])
+    pool.add(memory)
+    pool.put(*closed)
     return result(memory, "superseded", superseded_ids=[m.id for m in old])
 
 
-def update_in_place(memories: MemoryRepository, tenant: str, old: Memory, item: MemoryItem, now: int) -> WriteResult:
+def update_in_place(pool: Pool, old: Memory, item: MemoryItem, now: int) -> WriteResult:
     """Replace a near-duplicate's text, bump its version and keep the old text in its history."""
     updated = old.model_copy(update={
         "content": item.content, "version": old.version + 1, "updated_at": now,
@@ -187,7 +318,7 @@ def update_in_place(memories: MemoryRepository, tenant: str, old: Memory, item: 
         "history": [*(old.history or []), history_entry(old)],
         "meta": {**old.meta, **item.meta}, "turn_range": merged_range(old.turn_range, item_range(item)),
     })
-    memories.save(tenant, [updated])
+    pool.put(updated)
     return result(updated, "updated")
 
 
@@ -226,7 +357,7 @@ def history_entry(memory: Memory) -> dict[str, Any]:
             "id": memory.id}
 
 
-def result(memory: Memory, action: Action, superseded_ids: list[str] | None = None) -> WriteResult:
+def result(memory: Memory | Known, action: Action, superseded_ids: list[str] | None = None) -> WriteResult:
     return WriteResult(id=memory.id, action=action, version=memory.version, kind=memory.kind,
                        content=memory.content, superseded_ids=superseded_ids or [])
 

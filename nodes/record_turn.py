@@ -13,7 +13,7 @@ from compaction.segments import group_turns
 from nodes.compact import CompactOptions, CompactStats, archive_turns, compact_state
 from nodes.edit_context import Edit, EditContextRequest, EditRules
 from nodes.edit_context import run as edit_context
-from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_item
+from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_items
 from nodes.spec import Description, NodeSpec
 from storage.sessions import SessionRepository, SessionState
 from text.pii import redact_pii
@@ -100,10 +100,10 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
 
 def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps) -> list[WriteResult]:
     """Write the events extracted from the new messages, deduplicated against what is stored."""
-    memories = repository(deps)
     items: list[MemoryItem] = extracted_items(incoming)
-    with memories.namespace_lock(deps.tenant, request):
-        return [write_item(memories, deps.tenant, request, item, request.dedupe_threshold) for item in items]
+    if not items:
+        return []
+    return write_items(repository(deps), deps.tenant, request, items, request.dedupe_threshold)
 
 
 def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -> tuple[SessionState,

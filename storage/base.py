@@ -91,6 +91,10 @@ class MemoryStore(ABC):
     def upsert(self, collection: str, records: list[Record]) -> None:
         """Insert or replace records by primary key `id`."""
 
+    def insert(self, collection: str, records: list[Record]) -> None:
+        """Insert records whose ids are new (faster than upsert where the store checks for old rows)."""
+        self.upsert(collection, records)
+
     @abstractmethod
     def search_text(
         self, collection: str, query: str, *, limit: int, where: Filter, fields: list[str]

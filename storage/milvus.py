@@ -131,6 +131,15 @@ class MilvusStore(MemoryStore):
             self._call(lambda c: c.upsert(collection, records))
             self._after_write(len(records))
 
+    def insert(self, collection: str, records: list[Record]) -> None:
+        # Upsert looks every primary key up first; rows with fresh ids skip that (~6× faster on Lite
+        # once a collection holds a few thousand rows).
+        if not records:
+            return
+        with self._write_lock:
+            self._call(lambda c: c.insert(collection, records))
+            self._after_write(len(records))
+
     def delete(self, collection: str, where: Filter) -> None:
         with self._write_lock:
             self._call(lambda c: c.delete(collection, **self._filter_kwargs(where)))
