@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,13 +119,18 @@ class MemoryRepository:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def save(self, tenant: str, memories: list[Memory]) -> None:
-        """Insert or replace memories (embedding them when an embedder is configured)."""
+    def save(self, tenant: str, memories: list[Memory], *, new_ids: set[str] | None = None) -> None:
+        """Insert or replace memories (embedding them when an embedder is configured).
+
+        Ids in new_ids are known not to exist yet and are inserted without the upsert's lookup.
+        """
         vectors: list[list[float] | None] = [None] * len(memories)
         if self.embedder and memories:
             vectors = list(self.embedder.embed_batch([m.content for m in memories]))
         records = [to_record(m, tenant, v) for m, v in zip(memories, vectors, strict=True)]
-        self.store.upsert(self.spec.name, records)
+        fresh = new_ids or set()
+        self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
+        self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
 
     def delete_ids(self, tenant: str, ids: list[str]) -> None:
         """Delete memories by id within a tenant."""
@@ -167,17 +172,19 @@ class MemoryRepository:
         """Return how many memories match a filter (up to the store's window)."""
         return len(self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=["id"], limit=16384))
 
-    def search(self, tenant: str, query: str, where: Filter, *, limit: int,
-               dense_limit: int | None = None) -> list[Scored]:
+    def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
+               text_query: str | None = None) -> list[Scored]:
         """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
 
-        Rows BM25 scores 0 (no shared term; Lite returns them anyway) keep no BM25 rank.
+        `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
+        embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
         """
         flt = tenant_filter(tenant).and_(where)
         found: dict[str, Scored] = {}
         if not query.strip():
             return []
-        hits = self.store.search_text(self.spec.name, query, limit=limit, where=flt, fields=OUTPUT_FIELDS)
+        hits = self.store.search_text(self.spec.name, text_query or query, limit=limit, where=flt,
+                                      fields=OUTPUT_FIELDS)
         for position, hit in enumerate(hits, start=1):
             found[hit.id] = Scored(from_record({"id": hit.id, **hit.record}), bm25=hit.score,
                                    bm25_rank=position if hit.score > 0 else None)
