@@ -85,6 +85,8 @@ class MilvusStore(MemoryStore):
             finally:
                 self._client.close()
                 self._client = None
+                if not self.is_server:
+                    _release_lite(self.uri)
 
     def info(self) -> dict[str, Any]:
         version = self._call(lambda c: c.get_server_version())
@@ -275,6 +277,13 @@ def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]
         schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
         index.add_index(field_name="dense", index_type="AUTOINDEX", metric_type="COSINE")
     return schema, index
+
+
+def _release_lite(path: str) -> None:
+    """Stop the embedded Lite server of a file: closes its database and lock, not only our connection."""
+    from milvus_lite.server_manager import server_manager_instance  # type: ignore[import-untyped]
+
+    server_manager_instance.release_server(path)
 
 
 @contextmanager
