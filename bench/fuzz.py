@@ -1,6 +1,6 @@
 """Hostile input at scale: schemathesis against our own /openapi.json on a loopback server.
 
-Run: .venv/bin/python -m bench.fuzz [--examples 1000]   (13 operations, ≈ 10,000 generated cases: hypothesis stops early on small input spaces)
+Run: .venv/bin/python -m bench.fuzz [--examples 1100]   (13 operations, ≈ 10,000 generated cases: hypothesis stops early on small input spaces)
 Checks: no 5xx, every response conforms to its schema, status code and content type. Prints the summary
 schemathesis prints; exits non-zero on any failure. The default test run does a short version of this.
 """
@@ -40,7 +40,7 @@ def fuzz(examples: int, workers: int = 2, seed: int | None = None) -> subprocess
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--examples", type=int, default=1000, help="generated cases per operation")
+    parser.add_argument("--examples", type=int, default=1100, help="generated cases per operation")
     args = parser.parse_args()
     run = fuzz(args.examples)
     print(run.stdout[-4000:])
