@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from assembly.fit import Item
+from assembly.recall import message_order
 from common.models import Memory, Message, Segment
 from compaction.render import LABELS, render_decision, render_header
 from compaction.segments import group_turns
-from assembly.recall import message_order
 from nodes.memory_retrieve import render_memories
 from text.similarity import normalise, shingles
 

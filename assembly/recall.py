@@ -11,32 +11,63 @@ messages that match the input. Then:
 
 from __future__ import annotations
 
+import re
+from typing import get_args
+
 from common.deps import Deps
 from common.models import Memory, MemoryKind, Message, Namespace
-from nodes.memory_retrieve import MemoryRetrieveRequest, RetrievedMemory, rank
+from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, RetrievedMemory, rank
 from storage.base import Filter
 from storage.memories import MemoryRepository, live_filter, scope_filter
+from text.pleasantries import is_pleasantry
 from text.query import resolve_back_reference
 from text.similarity import normalise
 
-# How many archived messages focused mode considers when the request does not cap it.
-TURN_POOL = 50
+# How many archived messages focused mode considers when the request does not cap it: about as many as
+# the budget could show (a message line is rarely under 25 tokens), within these bounds.
+TOKENS_PER_MESSAGE = 25
+MIN_TURN_POOL = 10
+MAX_TURN_POOL = 150
+# Candidates scoring below this share of the best one are not worth their tokens.
+RELATIVE_FLOOR = 0.4
 # Messages next to the best hits, and how much of the hit's score they inherit.
-NEIGHBOUR_HITS = 8
-NEIGHBOUR_DECAY = 0.6
+NEIGHBOUR_HITS = 16
+NEIGHBOUR_SPAN = 1
+NEIGHBOUR_DECAY = 0.8
+REPLY_DECAY = 0.95
+_QUESTION = re.compile(r"[?？]|[吗呢么][。!！~～]*$")
 
 
 def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,
-                     history: list[Message]) -> list[Memory]:
-    """Return memories and archived messages for the query, best first."""
+                     history: list[Message], shown_turns: set[int] | None = None) -> list[Memory]:
+    """Return memories and archived messages for the query, best first.
+
+    `history` is the recent conversation (its last user message resolves a bare back-reference);
+    `shown_turns` are the turns the history layer shows, whose messages are not served again.
+    """
+    if is_pleasantry(query):  # "好的" / "thanks" asks for nothing earlier: no recall, no tokens spent on it
+        return []
     previous = next((m.content for m in reversed(history) if m.role == "user" and m.content), None)
     query = resolve_back_reference(query, previous)
-    events = ranked(namespace, query, deps, kinds=None, top_k=top_k) if top_k else []
-    turns = ranked(namespace, query, deps, kinds=["turn"], top_k=turn_pool) if turn_pool else []
-    turns = with_neighbours(turns, namespace, deps)
+    # One ranking over facts and archived messages together: BM25 normalisation and term weights are shared,
+    # so a weakly matching fact does not outrank a message that answers the input.
+    found = ranked(namespace, query, deps, kinds=list(get_args(MemoryKind)), top_k=top_k + turn_pool)
+    events = [m for m in found if m.kind != "turn"][:top_k]
+    turns = with_neighbours([m for m in found if m.kind == "turn"][:turn_pool], namespace, deps)
+    # Messages still in the recent history are shown there; a fact must not point back to one of them.
+    shown = shown_turns if shown_turns is not None else {m.turn for m in history if m.turn is not None}
+    turns = [t for t in turns if not (t.turn_range and t.turn_range[0] in shown)]
     events, turns = point_back(events, turns)
     merged = sorted([*events, *turns], key=lambda m: (-m.score, -m.updated_at))
+    if merged:  # a long tail of weak matches costs tokens and buries the answer
+        floor = RELATIVE_FLOOR * merged[0].score
+        merged = [m for m in merged if m.score >= floor]
     return [Memory(**m.model_dump(exclude={"score", "score_parts"})) for m in merged]
+
+
+def turn_pool(max_tokens: int) -> int:
+    """Return how many archived messages to consider for a context of max_tokens."""
+    return max(MIN_TURN_POOL, min(MAX_TURN_POOL, max_tokens // TOKENS_PER_MESSAGE))
 
 
 def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKind] | None,
@@ -44,7 +75,7 @@ def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKi
     """Return the top_k memories for the query, scored exactly as memory_retrieve does."""
     request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
                                     user_id=namespace.user_id, query=query, kinds=kinds, top_k=min(top_k, 50))
-    return rank(request, deps)[:top_k]
+    return rank(request, deps, pool=min(max(top_k, MIN_POOL), MAX_POOL))[:top_k]
 
 
 def point_back(events: list[RetrievedMemory],
@@ -67,11 +98,16 @@ def point_back(events: list[RetrievedMemory],
 
 
 def with_neighbours(hits: list[RetrievedMemory], namespace: Namespace, deps: Deps) -> list[RetrievedMemory]:
-    """Return the hits plus the messages right before and after the best of them (decayed scores)."""
+    """Return the hits plus the messages around the best of them, with decayed scores.
+
+    The reply to a hit that asks something is where its answer is: it inherits REPLY_DECAY of the hit's
+    score; other neighbours NEIGHBOUR_DECAY per step, up to NEIGHBOUR_SPAN messages away.
+    """
     best = [h for h in hits[:NEIGHBOUR_HITS] if h.turn_range]
     if not best:
         return hits
-    wanted = sorted({t for h in best for t in (h.turn_range[0] - 1, h.turn_range[0], h.turn_range[0] + 1)})  # type: ignore[index]
+    wanted = sorted({h.turn_range[0] + step for h in best if h.turn_range  # turn numbers around each hit
+                     for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)})
     memories: MemoryRepository = deps.providers["memories"]
     where = (scope_filter(namespace, ["session"]).and_(live_filter(False))
              .and_(Filter('kind == "turn" and turn_from in {near}', {"near": wanted})))
@@ -82,14 +118,18 @@ def with_neighbours(hits: list[RetrievedMemory], namespace: Namespace, deps: Dep
         index = position.get(hit.id)
         if index is None:
             continue
-        for near in (index - 1, index + 1):
-            if 0 <= near < len(around):
-                score = round(hit.score * NEIGHBOUR_DECAY, 4)
-                neighbour = around[near]
-                if neighbour.id not in found or found[neighbour.id].score < score:
-                    previous = found.get(neighbour.id)
-                    parts = previous.score_parts if previous else {"neighbour": 1.0}
-                    found[neighbour.id] = RetrievedMemory(**neighbour.model_dump(), score=score, score_parts=parts)
+        asks = _QUESTION.search(hit.content) is not None
+        for step in (*range(-NEIGHBOUR_SPAN, 0), *range(1, NEIGHBOUR_SPAN + 1)):
+            near = index + step
+            if not 0 <= near < len(around):
+                continue
+            decay = REPLY_DECAY if asks and step == 1 else NEIGHBOUR_DECAY ** abs(step)
+            score = round(hit.score * decay, 4)
+            neighbour = around[near]
+            previous = found.get(neighbour.id)
+            if previous is None or previous.score < score:
+                parts = previous.score_parts if previous else {"neighbour": 1.0}
+                found[neighbour.id] = RetrievedMemory(**neighbour.model_dump(), score=score, score_parts=parts)
     return list(found.values())
 
 

@@ -1,6 +1,7 @@
 """LoCoMo evidence recall: our nodes against a last-N-tokens window and BM25 over raw turns, in one run.
 
 Run: .venv/bin/python -m bench.locomo [--data PATH] [--limit N] [--budgets 1000,2000,4000] [--embedder use]
+                                     [--workers 2]
 
 Each conversation is recorded turn by turn through `record_turn` (speaker A as user, speaker B as assistant,
 the dia_id and session date in `meta`); then, for every question and budget, `assemble` builds a context and
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import re
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,39 +133,67 @@ class OurSystem:
         self.app.extensions["acn"].close()
 
 
-def run(conversations: list[Conversation], budgets: list[int], embedders: list[str], mode: str,
-        folder: Path) -> tuple[dict[int, Tally], dict[str, float]]:
-    """Feed every conversation to each of our systems, ask every question at every budget, score everything."""
-    tokenizer = load_tokenizer()
+def run(conversations: list[Conversation], budgets: list[int], embedders: list[str], mode: str, folder: Path,
+        workers: int = 1) -> tuple[dict[int, Tally], dict[str, float]]:
+    """Evaluate every conversation (in `workers` processes, each conversation in stores of its own)."""
+    jobs = [(c, budgets, embedders, mode, folder / f"{i:02d}", workers == 1) for i, c in enumerate(conversations)]
     tallies = {budget: Tally() for budget in budgets}
-    systems = [OurSystem(folder / name, name, mode) for name in embedders]
-    ingest_seconds = {s.label: 0.0 for s in systems}
+    ingest: dict[str, float] = {}
+    results: Iterable[tuple[dict[int, dict[str, list[Outcome]]], dict[str, float]]]
+    if workers == 1:
+        results = map(evaluate, jobs)
+    else:
+        # spawn, not fork: each worker opens its own Milvus Lite stores and gRPC channels.
+        pool = multiprocessing.get_context("spawn").Pool(workers)
+        results = pool.imap_unordered(evaluate, jobs)
     try:
-        for conversation in conversations:
-            namespace = {"agent_id": "locomo", "session_id": re.sub(r"[^A-Za-z0-9_.:@-]", "-",
-                                                                     conversation.sample_id)}
-            texts = {line.dia_id: line.content for line in conversation.lines}
-            raw = [Turn(line.dia_id, f"{line.speaker}: {line.content}") for line in conversation.lines]
-            bm25 = BM25Baseline(raw)
-            for system in systems:
-                started = time.perf_counter()
-                for turn in progress(turns_of(conversation.lines), desc=f"{conversation.sample_id} → {system.label}"):
-                    system.record(namespace, turn)
-                ingest_seconds[system.label] += time.perf_counter() - started
-            asks = [(q, b) for q in conversation.questions for b in budgets]
-            for question, budget in progress(asks, desc=f"{conversation.sample_id} questions × budgets"):
-                tally = tallies[budget]
-                for name, context in (("window (last N tokens)", window_context(raw, question.text, budget,
-                                                                                 tokenizer)),
-                                      ("BM25 over raw turns", bm25.context(question.text, budget, tokenizer))):
-                    tally.add(name, outcome(question, texts, context.text, set(context.ids), context.tokens))
-                for system in systems:
-                    prompt, ids, tokens, ms = system.ask(namespace, question.text, budget)
-                    tally.add(system.label, outcome(question, texts, prompt, ids, tokens, ms))
+        for outcomes, seconds in progress(results, total=len(jobs), desc="conversations"):
+            for budget, by_system in outcomes.items():
+                for system, rows in by_system.items():
+                    for row in rows:
+                        tallies[budget].add(system, row)
+            for label, value in seconds.items():
+                ingest[label] = ingest.get(label, 0.0) + value
     finally:
-        for system in systems:
+        if workers != 1:
+            pool.close()
+            pool.join()
+    return tallies, ingest
+
+
+def evaluate(job: tuple[Conversation, list[int], list[str], str, Path, bool]
+             ) -> tuple[dict[int, dict[str, list[Outcome]]], dict[str, float]]:
+    """Feed one conversation to each of our systems, ask every question at every budget, score all contexts."""
+    conversation, budgets, embedders, mode, folder, verbose = job
+    tokenizer = load_tokenizer()
+    outcomes: dict[int, dict[str, list[Outcome]]] = {b: {} for b in budgets}
+    namespace = {"agent_id": "locomo", "session_id": re.sub(r"[^A-Za-z0-9_.:@-]", "-", conversation.sample_id)}
+    texts = {line.dia_id: line.content for line in conversation.lines}
+    raw = [Turn(line.dia_id, f"{line.speaker}: {line.content}") for line in conversation.lines]
+    bm25 = BM25Baseline(raw)
+    for question in conversation.questions:
+        for budget in budgets:
+            for name, context in (("window (last N tokens)", window_context(raw, question.text, budget, tokenizer)),
+                                  ("BM25 over raw turns", bm25.context(question.text, budget, tokenizer))):
+                row = outcome(question, texts, context.text, set(context.ids), context.tokens)
+                outcomes[budget].setdefault(name, []).append(row)
+    seconds: dict[str, float] = {}
+    for embedder in embedders:
+        system = OurSystem(folder / embedder, embedder, mode)
+        try:
+            started = time.perf_counter()
+            turns = turns_of(conversation.lines)
+            for turn in progress(turns, desc=f"{conversation.sample_id} → {system.label}") if verbose else turns:
+                system.record(namespace, turn)
+            seconds[system.label] = time.perf_counter() - started
+            asks = [(q, b) for q in conversation.questions for b in budgets]
+            for question, budget in progress(asks, desc=f"{conversation.sample_id} questions") if verbose else asks:
+                prompt, ids, tokens, ms = system.ask(namespace, question.text, budget)
+                outcomes[budget].setdefault(system.label, []).append(
+                    outcome(question, texts, prompt, ids, tokens, ms))
+        finally:
             system.close()
-    return tallies, ingest_seconds
+    return outcomes, seconds
 
 
 def outcome(question: Question, texts: dict[str, str], context: str, ids: set[str], tokens: int,
@@ -191,7 +222,8 @@ def report(tallies: dict[int, Tally], ingest: dict[str, float], command: str, qu
                          + f" | **{_pct(overall['recall'])}** | {_pct(overall['all_hit'])} | {_pct(overall['answer'])}"
                          f" | {overall['tokens']:.0f} | {latency} |")
         lines.append("")
-    lines.append("Ingest (record_turn for every turn): " + ", ".join(f"{k} {v:.0f} s" for k, v in ingest.items()))
+    lines.append("Ingest (record_turn for every turn, summed over conversations): "
+                 + ", ".join(f"{k} {v:.0f} s" for k, v in ingest.items()))
     lines.append("")
     lines.append(summary_line(tallies))
     return "\n".join(lines)
@@ -220,12 +252,14 @@ def main() -> None:
     parser.add_argument("--embedder", default="use",
                         help="comma-separated ACN_EMBEDDER values, one system each (none = BM25 only)")
     parser.add_argument("--mode", default="focused", help="assemble mode for the questions")
+    parser.add_argument("--workers", type=int, default=2, help="conversations evaluated in parallel processes")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "locomo.md")
     args = parser.parse_args()
     conversations = load(args.data, args.limit)
     budgets = [int(b) for b in args.budgets.split(",")]
     with tempfile.TemporaryDirectory() as folder:
-        tallies, ingest = run(conversations, budgets, args.embedder.split(","), args.mode, Path(folder))
+        tallies, ingest = run(conversations, budgets, args.embedder.split(","), args.mode, Path(folder),
+                              args.workers)
     command = "python -m bench.locomo" + (f" --limit {args.limit}" if args.limit else "") + (
         f" --embedder {args.embedder}" if args.embedder != "use" else "")
     text = report(tallies, ingest, command, sum(len(c.questions) for c in conversations), len(conversations))

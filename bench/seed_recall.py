@@ -64,43 +64,60 @@ def run(sessions: list[Session], budget: int, window: int, embedder: str, sample
     """Record every session, sample tokens per turn, ask every probe in every mode and baseline."""
     from server import create_app
 
-    tokenizer = load_tokenizer()
     app = create_app(Settings(milvus_uri=str(folder / "memory.db"), embedder=embedder, log_level="WARNING"))
-    client = app.test_client()
     figures = Figures()
-
-    def assemble(ns: dict[str, str], text: str, mode: str) -> dict[str, Any]:
-        response = client.post("/v1/nodes/assemble", json={**ns, "max_tokens": budget, "mode": mode,
-                                                            "system_prompt": SYSTEM, "user_input": text})
-        assert response.status_code == 200, response.get_data(as_text=True)
-        return dict(response.get_json())
-
     try:
         for session in progress(sessions, desc="sessions"):
-            ns = {"agent_id": "seed-suite", "session_id": session.id}
-            history: list[dict[str, Any]] = []
-            for number, messages in enumerate(session.turns, 1):
-                user = messages[0]["content"]
-                if number % sample == 0:
-                    for mode in MODES:
-                        figures.tokens[mode].append(assemble(ns, user, mode)["tokens"]["total"])
-                    everything = [{"role": "system", "content": SYSTEM}, *history, {"role": "user", "content": user}]
-                    figures.tokens["full history"].append(sum(tokenizer.count_message(Message(**m))
-                                                              for m in everything))
-                result = client.post("/v1/nodes/record_turn", json={**ns, "messages": messages, "compaction": {"context_window": window}}).get_json()
-                stats = result["compaction"]["stats"]
-                if result["compaction"]["compacted"]:
-                    figures.numbers["in_source"] += stats["numbers_in_source"]
-                    figures.numbers["kept"] += stats["numbers_preserved"] + stats["numbers_restored"]
-                history += messages
-            state = client.post("/v1/nodes/session_state", json=ns).get_json()
+            nodes = Nodes(app.test_client(), {"agent_id": "seed-suite", "session_id": session.id}, budget, window)
+            history = record(session, nodes, figures, sample)
+            state = nodes.post("session_state", {})
+            tokenizer = load_tokenizer()
             figures.kept_tokens += sum(s["tokens"] for s in state["segments"]) + sum(
                 tokenizer.count_message(Message(**m)) for m in state["buffer"])
             figures.raw_tokens += sum(tokenizer.count_message(Message(**m)) for m in history)
-            ask(session, figures, lambda text, mode: assemble(ns, text, mode), budget, tokenizer)
+            ask(session, figures, nodes.assemble, budget, tokenizer)
     finally:
         app.extensions["acn"].close()
     return figures
+
+
+class Nodes:
+    """The nodes of one session, called through the app's test client."""
+
+    def __init__(self, client: Any, namespace: dict[str, str], budget: int, window: int) -> None:
+        self.client, self.namespace, self.budget, self.window = client, namespace, budget, window
+
+    def post(self, node: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.client.post(f"/v1/nodes/{node}", json={**self.namespace, **body})
+        assert response.status_code == 200, response.get_data(as_text=True)
+        return dict(response.get_json())
+
+    def assemble(self, text: str, mode: str) -> dict[str, Any]:
+        return self.post("assemble", {"max_tokens": self.budget, "mode": mode, "system_prompt": SYSTEM,
+                                      "user_input": text})
+
+    def record_turn(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return self.post("record_turn", {"messages": messages, "compaction": {"context_window": self.window}})
+
+
+def record(session: Session, nodes: Nodes, figures: Figures, sample: int) -> list[dict[str, Any]]:
+    """Record a session turn by turn; every `sample`-th turn, measure each mode's context and full history."""
+    tokenizer = load_tokenizer()
+    history: list[dict[str, Any]] = []
+    for number, messages in enumerate(session.turns, 1):
+        user = messages[0]["content"]
+        if number % sample == 0:
+            for mode in MODES:
+                figures.tokens[mode].append(nodes.assemble(user, mode)["tokens"]["total"])
+            everything = [{"role": "system", "content": SYSTEM}, *history, {"role": "user", "content": user}]
+            figures.tokens["full history"].append(sum(tokenizer.count_message(Message(**m)) for m in everything))
+        compaction = nodes.record_turn(messages)["compaction"]
+        if compaction["compacted"]:
+            stats = compaction["stats"]
+            figures.numbers["in_source"] += stats["numbers_in_source"]
+            figures.numbers["kept"] += stats["numbers_preserved"] + stats["numbers_restored"]
+        history += messages
+    return history
 
 
 def ask(session: Session, figures: Figures, assemble: Any, budget: int, tokenizer: Any) -> None:
@@ -144,7 +161,8 @@ def report(figures: Figures, command: str, sessions: int, budget: int) -> str:
     numbers = figures.numbers
     lines += ["",
               f"- compression ratio (stored working state / raw history): "
-              f"{figures.kept_tokens / max(figures.raw_tokens, 1):.3f} ({figures.kept_tokens} / {figures.raw_tokens} tokens)",
+              f"{figures.kept_tokens / max(figures.raw_tokens, 1):.3f} "
+              f"({figures.kept_tokens} / {figures.raw_tokens} tokens)",
               f"- numbers in compacted turns: {numbers['in_source']}, kept {numbers['kept']} "
               f"({100 * numbers['kept'] / max(numbers['in_source'], 1):.1f} %)",
               "- full history: every message of the session verbatim (its tokens per turn are what stacking costs);"

@@ -8,6 +8,7 @@ generated from the same templates as the facts, so nothing is hand-tuned to the 
 
 `generate(seed, sessions)` is pure: the same seed gives the same suite.
 """
+# ruff: noqa: E501 (the templates read better as one Chinese sentence per line)
 
 from __future__ import annotations
 

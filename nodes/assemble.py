@@ -9,9 +9,9 @@ from pydantic import BeforeValidator, Field
 
 from assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from assembly.current import current_memories, current_segments, stale_values
-from assembly.fit import Fitted, Item, fit_message_items, fit_text_items
+from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, text_layer_cost
 from assembly.layers import memory_items, note_items, segment_items, turn_items
-from assembly.recall import TURN_POOL, focused_memories
+from assembly.recall import focused_memories, turn_pool
 from common.deps import Deps
 from common.errors import ValidationError
 from common.models import (
@@ -117,8 +117,10 @@ def run(request: AssembleRequest, deps: Deps) -> AssembleResponse:
         raise ValidationError(f"system prompt and user input alone need {fixed} tokens; max_tokens is "
                               f"{request.max_tokens}", [f"max_tokens: at least {fixed} needed"])
     stale = stale_values(deps.providers["memories"], deps.tenant, request)
-    candidates, withheld = layer_candidates(request, deps, state, history, mode, language, stale)
-    fitted = fit_layers(candidates, request.max_tokens - fixed, ratios(request, mode), deps)
+    budget = ratios(request, mode)
+    history_share = layer_shares(request.max_tokens - fixed, budget)["history"]
+    candidates, withheld = layer_candidates(request, deps, state, history, mode, language, stale, history_share)
+    fitted = without_repeats(fit_layers(candidates, request.max_tokens - fixed, budget, deps), deps)
     return build_response(request, mode, system_messages, user, fitted, withheld, deps)
 
 
@@ -152,8 +154,13 @@ def fixed_system(request: AssembleRequest, history: list[Message]) -> list[Messa
 
 
 def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, history: list[Message],
-                     mode: str, language: str, stale: set[str]) -> tuple[dict[str, list[Item]], list[Dropped]]:
-    """Return each layer's candidate items in priority order, and what is withheld as superseded."""
+                     mode: str, language: str, stale: set[str],
+                     history_share: int) -> tuple[dict[str, list[Item]], list[Dropped]]:
+    """Return each layer's candidate items in priority order, and what is withheld as superseded.
+
+    Archived messages of the turns the history layer surely shows (those that fit its own share) are not
+    memory candidates; older turns of a long buffer are, since the history layer may not reach them.
+    """
     working: list[Item]
     if request.working_summary is not None:
         text = request.working_summary.strip()
@@ -162,19 +169,22 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
     else:
         working = segment_items(current_segments(state.segments, stale, language), request.user_input, language,
                                 brief_only=mode == "streaming")
-    in_history = {m.turn for m in history if m.turn is not None}
-    found = [m for m in memory_candidates(request, deps, mode, history)
-             if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in in_history)]
+    recent = turn_items(history)
+    shown = {item.source["turn_range"][0] for item in fit_message_items(recent, history_share, deps.tokenizer).items
+             if item.source}
+    found = [m for m in memory_candidates(request, deps, mode, history, shown)
+             if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown)]
     served, stale_memories = current_memories(found, stale)
     memory = memory_items(served, language) if request.memories is None else note_items(request.memories, language,
                                                                                           kind="memory")
     memory += note_items(request.knowledge or [], language, kind="knowledge")
     withheld = [Dropped(layer="memory", id=m.id, kind=m.kind, reason="states a value superseded later",
                         tokens=deps.tokenizer.count(m.content)) for m in stale_memories]
-    return {"memory": memory, "working": working, "history": turn_items(history)}, withheld
+    return {"memory": memory, "working": working, "history": recent}, withheld
 
 
-def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: list[Message]) -> list[Memory]:
+def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: list[Message],
+                      shown: set[int]) -> list[Memory]:
     """Return stored memories for the layer: standing state (snapshot), or retrieval for the input (focused)."""
     if request.memories is not None or mode == "streaming":
         return []
@@ -184,9 +194,9 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
         if request.user_input.strip() and request.top_k:
             found += retrieve(request, deps, kinds=None, top_k=request.top_k)
     elif request.user_input.strip():
-        pool = TURN_POOL if request.archive_top_k is None else request.archive_top_k
+        pool = turn_pool(request.max_tokens) if request.archive_top_k is None else request.archive_top_k
         found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
-                                  history=history)
+                                  history=history, shown_turns=shown)
     return list({m.id: m for m in found}.values())
 
 
@@ -222,6 +232,19 @@ def fit_layers(candidates: dict[str, list[Item]], available: int, budget: Budget
         if spare > 0 and fitted[layer].dropped:
             fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare, deps)
     return fitted
+
+
+def without_repeats(fitted: dict[str, Fitted], deps: Deps) -> dict[str, Fitted]:
+    """Drop archived messages from the memory layer when the history layer ended up showing their turn."""
+    in_history = {item.source["turn_range"][0] for item in fitted["history"].items if item.source}
+    memory = fitted["memory"]
+    kept = [item for item in memory.items
+            if not (item.source and item.source.get("kind") == "turn" and item.source.get("turn_range")
+                    and item.source["turn_range"][0] in in_history)]
+    if len(kept) == len(memory.items):
+        return fitted
+    tokens = text_layer_cost([item.chosen for item in kept], deps.tokenizer)
+    return {**fitted, "memory": Fitted(kept, memory.dropped, tokens)}
 
 
 def fit(layer: str, items: list[Item], budget: int, deps: Deps) -> Fitted:

@@ -17,7 +17,7 @@ from storage.memories import Scored, kinds_filter, live_filter, scope_filter
 from text.dates import normalise_date
 from text.lang import detect_language
 from text.query import speaker_names
-from text.terms import content_terms, coverage, idf_weights
+from text.terms import content_terms, coverage, expand_query, idf_weights
 from text.tokens import Tokenizer
 from text.triggers import needs_memory
 
@@ -25,7 +25,8 @@ from text.triggers import needs_memory
 RELEVANCE_WEIGHT = 0.7
 SALIENCE_WEIGHT = 0.3
 CANDIDATE_FACTOR = 8
-MAX_POOL = 120
+MAX_POOL = 160
+MIN_POOL = 120  # the re-ranker needs room below the engine's top hits
 # Reciprocal rank fusion of the BM25 and dense lists (Cormack et al. use 60; a small k keeps the top of
 # each list apart from its tail, which matters when only a few dozen candidates are kept).
 RRF_K = 10
@@ -66,7 +67,7 @@ class MemoryRetrieveRequest(Namespace):
 
 class RetrievedMemory(Memory):
     score: float = Field(description="Final score in [0, 1].")
-    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, coverage, importance, recency.")
+    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency.")
 
 
 class MemoryRetrieveResponse(NodeResponse):
@@ -88,8 +89,8 @@ def run(request: MemoryRetrieveRequest, deps: Deps) -> MemoryRetrieveResponse:
     return MemoryRetrieveResponse(memories=chosen, text=text, triggered=True, tokens=deps.tokenizer.count(text))
 
 
-def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
-    """Return scored memories, best first, above min_score."""
+def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None) -> list[RetrievedMemory]:
+    """Return scored memories, best first, above min_score; `pool` candidates per search list."""
     memories = repository(deps)
     where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
              .and_(kinds_filter(request.kinds, exclude_turns=True)))
@@ -97,8 +98,9 @@ def rank(request: MemoryRetrieveRequest, deps: Deps) -> list[RetrievedMemory]:
         found = memories.find(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100)
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
-        pool = max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
-        candidates = memories.search(deps.tenant, request.query, where, limit=pool)
+        pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
+        candidates = memories.search(deps.tenant, request.query, where, limit=pool,
+                                     text_query=expand_query(request.query))
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours
@@ -136,7 +138,7 @@ def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
         importance = c.memory.importance / 10
         score = RELEVANCE_WEIGHT * relevance + SALIENCE_WEIGHT * importance * recency
         parts = {"relevance": round(relevance, 4), "bm25": round(bm25, 4), "dense": round(c.dense, 4),
-                 "coverage": round(covered, 4), "importance": round(importance, 4), "recency": round(recency, 4)}
+                 "importance": round(importance, 4), "recency": round(recency, 4)}
         results.append(RetrievedMemory(**c.memory.model_dump(), score=round(score, 4), score_parts=parts))
     return results
 
@@ -165,11 +167,13 @@ def source_tag(memory: Memory, language: str) -> str:
     parts = ["来自记忆" if language == "zh" else "from memory"]
     if memory.kind != "turn":  # an archived message says who spoke instead (see render_memory)
         parts.append(KIND_LABELS_ZH.get(memory.kind, memory.kind) if language == "zh" else memory.kind)
-    if memory.turn_range:
-        parts.append(turns_label(memory.turn_range, language))
     when = memory.meta.get("time") or memory.meta.get("date")
-    if isinstance(when, str) and when.strip():
-        parts.append(normalise_date(when))
+    dated = isinstance(when, str) and bool(when.strip())
+    # For an archived message a date tells a model more than a turn number (which stays in `sources`).
+    if memory.turn_range and not (dated and memory.kind == "turn"):
+        parts.append(turns_label(memory.turn_range, language))
+    if dated:
+        parts.append(normalise_date(str(when)))
     if memory.valid_to:
         parts.append("已被取代" if language == "zh" else "superseded")
     return "[" + " · ".join(parts) + "]"

