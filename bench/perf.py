@@ -348,7 +348,7 @@ def wait_healthy(base: str, process: subprocess.Popen[bytes], timeout: float = 3
             if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
                 return
         except requests.ConnectionError:
-            pass
+            pass  # not listening yet: poll again after the sleep
         time.sleep(0.02)
     raise TimeoutError(f"/healthz did not answer within {timeout}s")
 
