@@ -1,6 +1,7 @@
 """Hostile input at scale: schemathesis against our own /openapi.json on a loopback server.
 
-Run: .venv/bin/python -m bench.fuzz [--examples 1100]   (13 operations, ≈ 10,000 generated cases: hypothesis stops early on small input spaces)
+Run: .venv/bin/python -m bench.fuzz [--examples 1100]
+(13 operations, ≈ 10,000 generated cases: hypothesis stops early on small input spaces.)
 Checks: no 5xx, every response conforms to its schema, status code and content type. Prints the summary
 schemathesis prints; exits non-zero on any failure. The default test run does a short version of this.
 """
@@ -10,32 +11,22 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from tests.conftest import ROOT, free_port, server_env, wait_for_port
+from tests.conftest import serving
 
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
 
 
 def fuzz(examples: int, workers: int = 2, seed: int | None = None) -> subprocess.CompletedProcess[str]:
     """Start a server on a fresh store, run schemathesis against it, and return the finished run."""
-    port = free_port()
-    with tempfile.TemporaryDirectory() as folder:
-        env = server_env(ACN_MILVUS_URI=str(Path(folder) / "memory.db"), ACN_LOG_LEVEL="WARNING")
-        server = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for_port(port, timeout=60, process=server)
-            command = [str(Path(sys.executable).parent / "schemathesis"), "run",
-                       f"http://127.0.0.1:{port}/openapi.json", "--checks", CHECKS, "--phases", "fuzzing",
-                       "--max-examples", str(examples), "-w", str(workers), "--no-color"]
-            if seed is not None:
-                command += ["--seed", str(seed)]
-            return subprocess.run(command, capture_output=True, text=True, timeout=3600)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with serving() as base:
+        command = [str(Path(sys.executable).parent / "schemathesis"), "run", f"{base}/openapi.json",
+                   "--checks", CHECKS, "--phases", "fuzzing", "--max-examples", str(examples),
+                   "-w", str(workers), "--no-color"]
+        if seed is not None:
+            command += ["--seed", str(seed)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=3600)
 
 
 def main() -> None:

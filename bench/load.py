@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -20,7 +18,7 @@ from typing import Any
 
 import requests
 
-from tests.conftest import ROOT, free_port, server_env, wait_for_port
+from tests.conftest import serving
 
 MIX = ("record_turn", "record_turn", "memory_retrieve", "assemble")
 
@@ -64,31 +62,21 @@ def percentile(values: list[float], share: float) -> float:
 
 def run(clients: int, total: int) -> str:
     """Run the load against a fresh server and return the report."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory() as folder:
-        env = server_env(ACN_MILVUS_URI=str(Path(folder) / "memory.db"), ACN_LOG_LEVEL="WARNING")
-        server = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for_port(port, timeout=60, process=server)
-            results: dict[str, list[float]] = defaultdict(list)
-            errors: list[str] = []
-            acknowledged: dict[int, list[int]] = defaultdict(list)
-            lock = threading.Lock()
-            per_client = total // clients
-            threads = [threading.Thread(target=client_loop, args=(base, c, per_client, results, errors,
-                                                                  acknowledged, lock)) for c in range(clients)]
-            started = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            wall = time.perf_counter() - started
-            lost = count_lost(base, acknowledged)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    with serving() as base:
+        results: dict[str, list[float]] = defaultdict(list)
+        errors: list[str] = []
+        acknowledged: dict[int, list[int]] = defaultdict(list)
+        lock = threading.Lock()
+        per_client = total // clients
+        threads = [threading.Thread(target=client_loop, args=(base, c, per_client, results, errors,
+                                                              acknowledged, lock)) for c in range(clients)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - started
+        lost = count_lost(base, acknowledged)
     return report(results, errors, lost, wall, clients)
 
 

@@ -7,9 +7,11 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +130,20 @@ def server_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACN_")}
     env.update(extra)
     return env
+
+
+@contextmanager
+def serving(**settings: str) -> Iterator[str]:
+    """Run `python server.py` on a fresh store (or the ACN_* settings given) and yield its base URL."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        env = server_env(**{"ACN_MILVUS_URI": str(Path(folder) / "memory.db"), "ACN_LOG_LEVEL": "WARNING",
+                            **settings})
+        process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(port, timeout=60, process=process)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
