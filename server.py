@@ -11,17 +11,20 @@ import logging
 import re
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pydantic
-from flask import Flask, Response, g, request
+from flask import Flask, Response, current_app, g, request
+from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
 from common.auth import authenticate, parse_api_keys
 from common.errors import BadRequestError, PackError, UnknownNodeError, UnsupportedMediaError, ValidationError
 from common.logs import configure_logging
+from common.metrics import Metrics
 from common.openapi import build_manifest, build_openapi
 from common.runtime import Runtime
 from common.settings import Settings
@@ -56,7 +59,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.extensions["acn"] = runtime
+    app.extensions["acn_metrics"] = Metrics()
     nodes = all_nodes()
+    app.extensions["acn_nodes"] = nodes
     _register_hooks(app, keys)
     _register_errors(app)
     _register_node_routes(app, runtime, nodes)
@@ -72,17 +77,20 @@ def create_app(settings: Settings | None = None) -> Flask:
 
 
 def _register_hooks(app: Flask, keys: dict[str, str]) -> None:
-    open_paths = {"/healthz", "/openapi.json", "/v1/manifest"}
+    open_paths = {"/healthz", "/openapi.json", "/v1/manifest", "/metrics"}
 
     @app.before_request
     def _start() -> None:
         incoming = request.headers.get("X-Request-Id", "")
         g.request_id = incoming if REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        g.started = time.perf_counter()
         g.tenant = authenticate(request.headers.get("Authorization"), keys) if request.path not in open_paths else ""
 
     @app.after_request
     def _finish(response: Response) -> Response:
         response.headers["X-Request-Id"] = g.get("request_id", "")
+        metrics: Metrics = current_app.extensions["acn_metrics"]
+        metrics.observe_request(route_label(), response.status_code, time.perf_counter() - g.get("started", 0.0))
         log.info("request", extra={"method": request.method, "path": request.path,
                                    "status": response.status_code, "request_id": g.get("request_id", "")})
         return response
@@ -110,8 +118,19 @@ def _register_errors(app: Flask) -> None:
         return error_response(500, "internal_error", "unexpected server error; see the logs for this request_id")
 
 
+def route_label() -> str:
+    """Return a bounded metrics label: the route rule, with the node name for known nodes."""
+    rule = request.url_rule.rule if request.url_rule else "unmatched"
+    name = (request.view_args or {}).get("name")
+    known = current_app.extensions.get("acn_nodes", {})
+    return rule.replace("<name>", name) if name in known else rule
+
+
 def error_response(status: int, code: str, message: str, errors: list[str] | None = None) -> Response:
     """Return the one error envelope every failure uses."""
+    metrics = current_app.extensions.get("acn_metrics")
+    if metrics is not None:
+        metrics.observe_error(code)
     body = {"ok": False, "status": status, "code": code, "error": message, "errors": errors or [message],
             "request_id": g.get("request_id", "")}
     return Response(json.dumps(body, ensure_ascii=False), status=status, mimetype="application/json")
@@ -204,7 +223,9 @@ def _register_node_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         if spec is None:
             raise UnknownNodeError(f"unknown node {name!r}; nodes: {', '.join(nodes)}")
         node_request = validate(spec.request_model, read_json_body())
-        return ok_response(spec.run(node_request, runtime.deps(g.tenant)))
+        result = spec.run(node_request, runtime.deps(g.tenant))
+        current_app.extensions["acn_metrics"].observe_result(name, result)
+        return ok_response(result)
 
 
 def _register_admin_routes(app: Flask, runtime: Runtime) -> None:
@@ -238,6 +259,10 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
                         "tokenizer": runtime.tokenizer.name, "embedder": runtime.settings.embedder,
                         "nodes": list(nodes), "auth": bool(runtime.settings.api_keys),
                         "request_id": g.get("request_id", "")})
+
+    @app.get("/metrics")
+    def _metrics() -> Response:
+        return Response(current_app.extensions["acn_metrics"].render(), mimetype=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/manifest")
     def _manifest() -> Response:

@@ -1,0 +1,62 @@
+"""Prometheus metrics: per-node traffic and latency, errors by code, and the context-quality signals.
+
+Seed 000 §7.2 asks to watch three things in production: the compression ratio of each compaction (healthy
+between 0.1 and 0.3), the retrieval hit rate (share of retrieved memories that made it into a context) and
+forgetting. The first two are histograms here; numbers restored by the verifier count how often an engine
+dropped a number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SHARE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+class Metrics:
+    """One registry per app (tests build many apps in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("acn_requests", "Requests by route and status.", ["route", "status"],
+                                registry=self.registry)
+        self.latency = Histogram("acn_request_seconds", "Request latency by route.", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.errors = Counter("acn_errors", "Error responses by stable code.", ["code"], registry=self.registry)
+        self.compaction_ratio = Histogram("acn_compaction_ratio", "tokens_after / tokens_before per compaction.",
+                                          buckets=SHARE_BUCKETS, registry=self.registry)
+        self.numbers_restored = Counter("acn_numbers_restored", "Numbers the verifier put back into a segment.",
+                                        registry=self.registry)
+        self.retrieval_hit_rate = Histogram(
+            "acn_retrieval_hit_rate", "Share of retrieved memories that made it into an assembled context.",
+            buckets=SHARE_BUCKETS, registry=self.registry)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        """Count one request and its latency."""
+        self.requests.labels(route=route, status=str(status)).inc()
+        self.latency.labels(route=route).observe(seconds)
+
+    def observe_error(self, code: str) -> None:
+        self.errors.labels(code=code).inc()
+
+    def observe_result(self, node: str, result: BaseModel) -> None:
+        """Record the quality signals a node's response carries."""
+        data: dict[str, Any] = result.model_dump(include={"stats", "compaction", "sources", "dropped"})
+        compaction = data.get("compaction") if node == "record_turn" else data if node == "compact" else None
+        if compaction and compaction.get("compacted", True) and compaction.get("stats", {}).get("tokens_before"):
+            stats = compaction["stats"]
+            self.compaction_ratio.observe(stats["tokens_after"] / stats["tokens_before"])
+            self.numbers_restored.inc(stats.get("numbers_restored", 0))
+        if node == "assemble":
+            kept = sum(1 for s in data.get("sources", []) if s["layer"] == "memory")
+            dropped = sum(1 for d in data.get("dropped", []) if d["layer"] == "memory")
+            if kept + dropped:
+                self.retrieval_hit_rate.observe(kept / (kept + dropped))
+
+    def render(self) -> bytes:
+        """Return the Prometheus text exposition."""
+        return generate_latest(self.registry)
