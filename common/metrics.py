@@ -31,6 +31,8 @@ class Metrics:
                                           buckets=SHARE_BUCKETS, registry=self.registry)
         self.numbers_restored = Counter("acn_numbers_restored", "Numbers the verifier put back into a segment.",
                                         registry=self.registry)
+        self.amnesia_probes = Counter("acn_amnesia_probes", "Amnesia probes checked on assemble, by result.",
+                                      ["result"], registry=self.registry)
         self.retrieval_hit_rate = Histogram(
             "acn_retrieval_hit_rate", "Share of retrieved memories that made it into an assembled context.",
             buckets=SHARE_BUCKETS, registry=self.registry)
@@ -45,7 +47,7 @@ class Metrics:
 
     def observe_result(self, node: str, result: BaseModel) -> None:
         """Record the quality signals a node's response carries."""
-        data: dict[str, Any] = result.model_dump(include={"stats", "compaction", "sources", "dropped"})
+        data: dict[str, Any] = result.model_dump(include={"stats", "compaction", "sources", "dropped", "probes"})
         compaction = data.get("compaction") if node == "record_turn" else data if node == "compact" else None
         if compaction and compaction.get("compacted", True) and compaction.get("stats", {}).get("tokens_before"):
             stats = compaction["stats"]
@@ -56,6 +58,8 @@ class Metrics:
             dropped = sum(1 for d in data.get("dropped", []) if d["layer"] == "memory")
             if kept + dropped:
                 self.retrieval_hit_rate.observe(kept / (kept + dropped))
+            for present in (data.get("probes") or {}).values():
+                self.amnesia_probes.labels(result="kept" if present else "forgotten").inc()
 
     def render(self) -> bytes:
         """Return the Prometheus text exposition."""

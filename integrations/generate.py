@@ -81,6 +81,7 @@ PARAMETER_LABELS = {
     "budget": ("Budget ratios (JSON)", "预算比例（JSON）"),
     "phase": ("Phase", "阶段"),
     "archive_top_k": ("Archived turns top K", "原话检索条数"),
+    "probes": ("Amnesia probes", "遗忘探针"),
     "edit": ("Edit buffer", "编辑缓冲区"),
     "compact": ("Compact when triggered", "触发时压缩"),
     "compaction": ("Compaction options (JSON)", "压缩选项（JSON）"),

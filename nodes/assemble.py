@@ -31,6 +31,7 @@ from nodes.spec import Description, NodeSpec
 from storage.memories import kinds_filter, live_filter, scope_filter
 from storage.sessions import SessionRepository, SessionState
 from text.lang import detect_language
+from text.numbers import value_present
 
 Mode = Literal["snapshot", "focused", "streaming", "auto"]
 # Planning-type inputs want the whole working state in view (seed 004 §6).
@@ -66,6 +67,10 @@ class AssembleRequest(Namespace):
         description="Archived raw messages retrieved verbatim for the input (focused mode); default: as many "
                     "as the memory layer's budget holds, up to 50.")
     language: Language | None = Field(default=None, description="Language of tags; default: the input's.")
+    probes: Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], BeforeValidator(parse_json_string)] = (
+        Field(default_factory=list, max_length=50,
+              description="Amnesia probes: facts this session must still carry (e.g. an order number); the "
+                          "response says which the assembled context contains."))
 
 
 class Dropped(StrictModel):
@@ -101,6 +106,7 @@ class AssembleResponse(NodeResponse):
     tokens: Tokens
     dropped: list[Dropped]
     sources: list[Source]
+    probes: dict[str, bool] = Field(default_factory=dict, description="Each probe: is it in the context?")
 
 
 def run(request: AssembleRequest, deps: Deps) -> AssembleResponse:
@@ -280,6 +286,7 @@ def build_response(request: AssembleRequest, mode: str, system_messages: list[Me
         working_text=working_text, history_text=history_text, prompt=prompt,
         tokens=Tokens(total=sum(by_layer.values()), budget=request.max_tokens, by_layer=by_layer),
         dropped=withheld + dropped_list(fitted), sources=sources_list(fitted),
+        probes={fact: value_present(fact, prompt) for fact in request.probes},
     )
 
 

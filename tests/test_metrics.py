@@ -22,8 +22,10 @@ def test_metrics_count_requests_errors_and_quality(client: FlaskClient, ns: dict
     assert post(client, "compact", {**ns, "messages": messages, "force": True, "keep_recent": 2,
                                     "segment_size": 5}).status_code == 200
     post(client, "memory_write", {**ns, "items": [{"kind": "fact", "content": f"订单 ORD-{i:04d}"} for i in range(8)]})
-    assert post(client, "assemble", {**ns, "user_input": "订单 ORD-0001 ORD-0002 是什么", "max_tokens": 80,
-                                     "messages": [], "working_summary": ""}).status_code == 200
+    probed = post(client, "assemble", {**ns, "user_input": "订单 ORD-0001 ORD-0002 是什么", "max_tokens": 80,
+                                       "messages": [], "working_summary": "", "probes": ["ORD-0001", "ORD-9999"]})
+    assert probed.status_code == 200
+    assert probed.get_json()["probes"] == {"ORD-0001": True, "ORD-9999": False}
     assert post(client, "no_such_node", {}).status_code == 404
     text = client.get("/metrics").get_data(as_text=True)
     assert sample(text, "acn_requests_total", route="/v1/nodes/compact", status="200") >= 1
@@ -32,4 +34,6 @@ def test_metrics_count_requests_errors_and_quality(client: FlaskClient, ns: dict
     assert sample(text, "acn_compaction_ratio_count") >= 1
     assert 0 < sample(text, "acn_compaction_ratio_sum") <= sample(text, "acn_compaction_ratio_count")
     assert sample(text, "acn_retrieval_hit_rate_count") >= 1
+    assert sample(text, "acn_amnesia_probes_total", result="kept") >= 1
+    assert sample(text, "acn_amnesia_probes_total", result="forgotten") >= 1
     assert sample(text, "acn_request_seconds_count", route="/v1/nodes/assemble") >= 1
