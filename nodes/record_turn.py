@@ -7,8 +7,17 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
-from common.errors import ConflictError
-from common.models import MAX_VERSION, Message, MessageList, Namespace, NodeResponse, StrictModel, parse_json_object
+from common.errors import ConflictError, ValidationError
+from common.models import (
+    MAX_TURN,
+    MAX_VERSION,
+    Message,
+    MessageList,
+    Namespace,
+    NodeResponse,
+    StrictModel,
+    parse_json_object,
+)
 from compaction.segments import group_turns
 from nodes.compact import CompactOptions, CompactStats, archive_turns, compact_state
 from nodes.edit_context import Edit, EditContextRequest, EditRules
@@ -84,6 +93,9 @@ def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Mess
     for message in messages:
         if message.role == "user" or turn == 0:
             turn = max(turn + 1, message.turn or 0)
+            if turn > MAX_TURN:
+                # model_copy does not validate: without this check a state that cannot be read back is stored.
+                raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
         content = redact_pii(message.content)[0] if redact else message.content
         result.append(message.model_copy(update={"turn": turn, "content": content}))
     return result

@@ -135,3 +135,10 @@ def test_unknown_memory_id_shapes_are_404(client: FlaskClient) -> None:
     for bad in ('x" or 1==1', "a b", "%22"):
         assert_error(client.get(f"/v1/memories/{bad}"), 404)
         assert_error(client.delete(f"/v1/memories/{bad}"), 404)
+
+
+def test_turn_numbers_cannot_run_past_the_limit(client: FlaskClient, ns: dict[str, str]) -> None:
+    first = post(client, "record_turn", {**ns, "messages": [{"role": "user", "content": "x", "turn": 10**9}]})
+    assert first.status_code == 200 and first.get_json()["turn"] == 10**9
+    assert_error(post(client, "record_turn", {**ns, "messages": [{"role": "user", "content": "y"}]}), 422)
+    assert post(client, "session_rollback", {**ns, "version": 1}).status_code == 200  # every version reads back
