@@ -8,7 +8,7 @@ from bench.fuzz import fuzz
 
 
 def test_generated_requests_never_get_a_5xx_or_a_response_outside_its_schema() -> None:
-    run = fuzz(examples=20, seed=20261130)
+    run = fuzz(examples=20, workers=1, seed=20261130)  # one worker: the same cases every run
     summary = run.stdout[-3000:]
     assert run.returncode == 0, summary
     generated = re.search(r"(\d+) generated", summary)
