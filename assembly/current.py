@@ -21,6 +21,12 @@ _EARLIER = tuple(EARLIER_SUFFIX.values())
 def stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) -> set[str]:
     """Return values that superseded memories stated and their successors no longer do."""
     where = scope_filter(namespace).and_(Filter("valid_to > 0"))
+    # Only a supersede, an update or a delete changes this: the repository remembers it until one happens.
+    key = ("stale_values", tenant, where.cache_key())
+    return memories.view(key, lambda: _stale_values(memories, tenant, where))
+
+
+def _stale_values(memories: MemoryRepository, tenant: str, where: Filter) -> set[str]:
     old = memories.find(tenant, where, limit=500)
     if not old:
         return set()

@@ -17,8 +17,7 @@ from typing import get_args
 from common.deps import Deps
 from common.models import Memory, MemoryKind, Message, Namespace
 from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, RetrievedMemory, rank
-from storage.base import Filter
-from storage.memories import MemoryRepository, live_filter, scope_filter
+from storage.memories import MemoryRepository
 from text.pleasantries import is_pleasantry
 from text.query import resolve_back_reference
 from text.similarity import normalise
@@ -109,9 +108,7 @@ def with_neighbours(hits: list[RetrievedMemory], namespace: Namespace, deps: Dep
     wanted = sorted({h.turn_range[0] + step for h in best if h.turn_range  # turn numbers around each hit
                      for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)})
     memories: MemoryRepository = deps.providers["memories"]
-    where = (scope_filter(namespace, ["session"]).and_(live_filter(False))
-             .and_(Filter('kind == "turn" and turn_from in {near}', {"near": wanted})))
-    around = sorted(memories.find(deps.tenant, where, limit=16 * len(wanted)), key=message_order)
+    around = sorted(memories.archived_messages(deps.tenant, namespace, wanted), key=message_order)
     position = {m.id: i for i, m in enumerate(around)}
     found = {h.id: h for h in hits}
     for hit in best:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast
 
@@ -122,6 +123,7 @@ def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, i
         pool = Pool.load(memories, tenant, namespace, items)
         results = [write_item(pool, namespace, item, threshold) for item in items]
         pool.save()
+        pool.park()
     return results
 
 
@@ -176,9 +178,13 @@ class Pool:
     (more than POOL_LIMIT rows of the batch's kinds) falls back to a BM25 search and a save per item.
     """
 
-    def __init__(self, memories: MemoryRepository, tenant: str, loaded: list[Known] | None) -> None:
+    def __init__(self, memories: MemoryRepository, tenant: str, loaded: list[Known] | None,
+                 key: Hashable = None, generation: int = 0) -> None:
         self.memories, self.tenant = memories, tenant
         self.exhaustive = loaded is not None
+        # With a Lite file the index outlives the batch: parked after a save, it serves the next batch of
+        # the same namespace, scopes and kinds unless another memory was written in between.
+        self.key, self.generation = key, generation
         self.live: dict[str, Known] = {}
         self.grams: dict[str, frozenset[str]] = {}
         self.postings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
@@ -192,9 +198,15 @@ class Pool:
         scopes = sorted({item.scope for item in items})
         kinds = sorted({item.kind for item in items})
         where = scope_filter(namespace, scopes).and_(live_filter(False)).and_(kinds_filter(kinds, exclude_turns=False))
+        key = ("dedup pool", tenant, where.cache_key())
+        parked = memories.unpark(key)
+        if isinstance(parked, Pool):
+            return parked
+        generation = memories.generation
         rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
                                     limit=POOL_LIMIT + 1) if items else []
-        return cls(memories, tenant, [known(row) for row in rows] if len(rows) <= POOL_LIMIT else None)
+        exhaustive = len(rows) <= POOL_LIMIT and "turn" not in kinds
+        return cls(memories, tenant, [known(row) for row in rows] if exhaustive else None, key, generation)
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -249,6 +261,12 @@ class Pool:
         if self.pending:
             self.memories.save(self.tenant, list(self.pending.values()), new_ids=self.new_ids)
             self.pending, self.new_ids = {}, set()
+            self.generation += 1  # this write is reflected here; any other one since the load is not
+
+    def park(self) -> None:
+        """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
+        if self.exhaustive and not self.pending and len(self.live) <= POOL_LIMIT:
+            self.memories.park(self.key, self, self.generation)
 
     def _index(self, memory: Known) -> None:
         grams = shingles(memory.content)

@@ -38,6 +38,10 @@ class Filter:
             raise ValueError(f"filter parameters clash: {sorted(clash)}")
         return Filter(f"({self.template}) and ({other.template})", {**self.params, **other.params})
 
+    def cache_key(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        """Return a hashable identity of the filter (template and parameter values)."""
+        return self.template, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in self.params.items()))
+
     def render(self) -> str:
         """Return the expression with every parameter rendered as a checked literal."""
         return _PLACEHOLDER.sub(lambda m: _literal(self.params[m.group(1)]), self.template)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from common.models import Memory, Namespace
 from providers.embedders import Embedder
@@ -22,6 +23,12 @@ MEMORY_FIELDS = {
 }
 OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
 NO_TURN = -1
+# The store's query window: a session archive larger than this is read from the store each time.
+QUERY_WINDOW = 16384
+CACHED_ARCHIVES = 256
+CACHED_VIEWS = 1024
+CACHED_POOLS = 64
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,18 @@ class MemoryRepository:
         self._clock_lock = threading.Lock()
         self._last_ms: dict[tuple[str, str, str], int] = {}
         self._namespace_locks: dict[tuple[str, str], threading.RLock] = {}
+        # With a Lite file this process is the only writer, so reads that every assemble repeats are served
+        # from memory and kept current by the writes themselves (against a server, other processes write too:
+        # no caching there). Two such reads: the archived messages of recent sessions (neighbour expansion
+        # looks up turns by number) and views that only a supersede, an update or a delete can change.
+        self._exclusive = not getattr(store, "is_server", True)
+        self._cache_lock = threading.Lock()
+        self._archives: OrderedDict[tuple[str, str, str], dict[str, Memory]] = OrderedDict()
+        self._archive_epoch = 0  # bumps on every archive write: a load that raced one is not kept
+        self._revision = 0  # bumps on writes that can change a view (not on inserting new memories)
+        self._views: dict[Hashable, tuple[int, Any]] = {}
+        self._generation = 0  # bumps on every write of a memory that is not an archived message
+        self._parked: OrderedDict[Hashable, tuple[int, Any]] = OrderedDict()
 
     def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
@@ -129,17 +148,139 @@ class MemoryRepository:
             vectors = list(self.embedder.embed_batch([m.content for m in memories]))
         records = [to_record(m, tenant, v) for m, v in zip(memories, vectors, strict=True)]
         fresh = new_ids or set()
-        self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
-        self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
+        try:
+            self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
+            self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
+        except BaseException:
+            self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
+            raise
+        self._after_save(tenant, memories, fresh)
 
     def delete_ids(self, tenant: str, ids: list[str]) -> None:
         """Delete memories by id within a tenant."""
         if ids:
-            self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}", {"t": tenant, "ids": ids}))
+            try:
+                self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}", {"t": tenant, "ids": ids}))
+            finally:
+                self._forget_all()
 
     def delete_namespace(self, tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> None:
         """Delete every memory of an agent, optionally narrowed to one session or one user."""
-        self.store.delete(self.spec.name, namespace_filter(tenant, agent_id, session_id, user_id))
+        try:
+            self.store.delete(self.spec.name, namespace_filter(tenant, agent_id, session_id, user_id))
+        finally:
+            self._forget_all()
+
+    # -- what this process keeps in memory (Lite only) -------------------------------------
+
+    def _after_save(self, tenant: str, memories: list[Memory], fresh: set[str]) -> None:
+        """Bring the caches up to date with a batch that landed."""
+        if not self._exclusive:
+            return
+        with self._cache_lock:
+            if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
+                self._revision += 1
+            if any(m.kind != "turn" for m in memories):
+                self._generation += 1
+            for memory in memories:
+                if memory.kind != "turn":
+                    continue
+                self._archive_epoch += 1
+                archive = self._archives.get((tenant, memory.agent_id, memory.session_id))
+                if archive is not None:
+                    archive[memory.id] = memory
+
+    def _forget_all(self) -> None:
+        with self._cache_lock:
+            self._archives.clear()
+            self._views.clear()
+            self._parked.clear()
+            self._revision += 1
+            self._archive_epoch += 1
+            self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        """The count of memory writes so far (archived messages aside); 0 forever against a server."""
+        with self._cache_lock:
+            return self._generation
+
+    def park(self, key: Hashable, value: Any, generation: int) -> None:
+        """Keep an object built from the store as it was at `generation` (e.g. a batch writer's dedup index).
+
+        `unpark` hands it back only while no memory was written since; against a server nothing is kept.
+        """
+        if not self._exclusive:
+            return
+        with self._cache_lock:
+            if generation != self._generation:
+                return
+            self._parked[key] = (generation, value)
+            self._parked.move_to_end(key)
+            while len(self._parked) > CACHED_POOLS:
+                self._parked.popitem(last=False)
+
+    def unpark(self, key: Hashable) -> Any | None:
+        """Take back a parked object if the store has not changed since it was parked (it is removed)."""
+        with self._cache_lock:
+            parked = self._parked.pop(key, None)
+            if parked is None or parked[0] != self._generation:
+                return None
+            return parked[1]
+
+    def view(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """Return compute(), remembered until a write that could change it (supersede, update, delete).
+
+        Only for views that inserting brand-new memories cannot change, such as "which values were superseded".
+        """
+        if not self._exclusive:
+            return compute()
+        with self._cache_lock:
+            revision = self._revision
+            cached = self._views.get(key)
+        if cached is not None and cached[0] == revision:
+            return cached[1]
+        value = compute()
+        with self._cache_lock:
+            if len(self._views) >= CACHED_VIEWS:
+                self._views.clear()
+            self._views[key] = (revision, value)  # a write during compute() bumped the revision: recomputed next time
+        return value
+
+    def archived_messages(self, tenant: str, namespace: Namespace, turns: Sequence[int]) -> list[Memory]:
+        """Return the session's live archived messages of the given turn numbers, in stored order."""
+        wanted = set(turns)
+        if not wanted:
+            return []
+        archive = self._session_archive(tenant, namespace) if self._exclusive else None
+        if archive is None:
+            where = (session_filter(tenant, namespace).and_(live_filter(False))
+                     .and_(Filter('scope == "session" and kind == "turn" and turn_from in {near}',
+                                  {"near": sorted(wanted)})))
+            rows = self.store.query(self.spec.name, where, fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
+            return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
+        return sorted((m for m in archive.values() if m.scope == "session" and not m.valid_to and m.turn_range
+                       and m.turn_range[0] in wanted), key=lambda m: (m.created_at, m.id))
+
+    def _session_archive(self, tenant: str, namespace: Namespace) -> dict[str, Memory] | None:
+        key = (tenant, namespace.agent_id, namespace.session_id)
+        with self._cache_lock:
+            archive = self._archives.get(key)
+            if archive is not None:
+                self._archives.move_to_end(key)
+                return archive
+            epoch = self._archive_epoch
+        rows = self.store.query(self.spec.name, session_filter(tenant, namespace).and_(Filter('kind == "turn"')),
+                                fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
+        if len(rows) >= QUERY_WINDOW:
+            return None
+        archive = {m.id: m for m in map(from_record, rows)}
+        with self._cache_lock:
+            if epoch == self._archive_epoch:  # no archive write raced the read
+                self._archives[key] = archive
+                while len(self._archives) > CACHED_ARCHIVES:
+                    self._archives.popitem(last=False)
+        return archive
 
     # -- reads -----------------------------------------------------------------------------
 

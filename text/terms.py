@@ -50,11 +50,17 @@ def stem(word: str) -> str:
 
 def content_terms(text: str) -> list[str]:
     """Return the content terms of a text: stemmed English words and Chinese words, no stop words."""
+    return list(_content_terms(text))
+
+
+# Retrieval re-scores the same stored memories on every query; segmenting them again is most of its cost.
+@lru_cache(maxsize=32768)
+def _content_terms(text: str) -> tuple[str, ...]:
     lowered = text.lower()
     terms = [stem(w.strip("'_-")) for w in _WORD.findall(lowered) if w not in STOP_EN]
     if _CJK.search(lowered):
         terms += [w for run in _CJK_RUN.findall(lowered) for w in _jieba_words(run) if w not in STOP_ZH]
-    return [t for t in terms if t]
+    return tuple(t for t in terms if t)
 
 
 def _jieba_words(run: str) -> list[str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
@@ -9,6 +12,12 @@ import tiktoken
 
 # Per-message overhead of the OpenAI chat format (role and separators), as in OpenAI's cookbook.
 MESSAGE_OVERHEAD_TOKENS = 4
+# Assembly counts the same lines again and again (each layer fit, the spare-budget refits, the response, and
+# the same buffer on every turn): counts are remembered, keyed by the text when short, by its digest when long
+# (tool JSON), so the cache never holds large strings.
+CACHED_TEXT_CHARS = 2000
+CACHED_TEXTS = 16384
+CACHED_LONG_TEXTS = 4096
 
 
 class Tokenizer:
@@ -17,11 +26,33 @@ class Tokenizer:
     def __init__(self, encoding: tiktoken.Encoding, name: str) -> None:
         self._encoding = encoding
         self.name = name
+        self._cached_count = lru_cache(maxsize=CACHED_TEXTS)(self._count)
+        self._long_counts: OrderedDict[bytes, int] = OrderedDict()
+        self._long_lock = threading.Lock()
 
     def count(self, text: str) -> int:
         """Return the number of tokens in text."""
         if not text:
             return 0
+        if len(text) <= CACHED_TEXT_CHARS:
+            return self._cached_count(text)
+        return self._count_long(text)
+
+    def _count_long(self, text: str) -> int:
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._long_lock:
+            known = self._long_counts.get(digest)
+            if known is not None:
+                self._long_counts.move_to_end(digest)
+                return known
+        count = self._count(text)
+        with self._long_lock:
+            self._long_counts[digest] = count
+            if len(self._long_counts) > CACHED_LONG_TEXTS:
+                self._long_counts.popitem(last=False)
+        return count
+
+    def _count(self, text: str) -> int:
         return len(self._encoding.encode(text, disallowed_special=()))
 
     def count_message(self, message: Any) -> int:
