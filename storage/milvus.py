@@ -24,6 +24,8 @@ ANALYZER = {"tokenizer": "jieba", "filter": ["lowercase", "cnalphanumonly"]}
 MAX_VARCHAR = 65535
 # Lite accepts limits real Milvus rejects; keep limit + offset within what servers allow.
 MAX_WINDOW = 16384
+# A Lite file is flushed once writes pause this long (a chat's turns are seconds apart).
+QUIET_SECONDS = 0.2
 _DTYPES = {"varchar": DataType.VARCHAR, "int64": DataType.INT64, "float": DataType.FLOAT, "json": DataType.JSON}
 T = TypeVar("T")
 
@@ -46,7 +48,9 @@ class MilvusStore(MemoryStore):
         # Milvus Lite corrupts its write-ahead log under concurrent writers (STORAGE.md #1): every
         # write, flush and close goes through this one lock.
         self._write_lock = threading.RLock()
-        self._pending = 0
+        self._pending: dict[str, int] = {}  # unflushed writes per collection
+        self._last_write = 0.0
+        self._last_flush = time.monotonic()
         self._collections: set[str] = set()
         self._templates = False
         self._stop = threading.Event()
@@ -131,7 +135,7 @@ class MilvusStore(MemoryStore):
             return
         with self._write_lock:
             self._call(lambda c: c.upsert(collection, records))
-            self._after_write(len(records))
+            self._after_write(collection, len(records))
 
     def insert(self, collection: str, records: list[Record]) -> None:
         # Upsert looks every primary key up first; rows with fresh ids skip that (~6× faster on Lite
@@ -140,38 +144,62 @@ class MilvusStore(MemoryStore):
             return
         with self._write_lock:
             self._call(lambda c: c.insert(collection, records))
-            self._after_write(len(records))
+            self._after_write(collection, len(records))
 
     def delete(self, collection: str, where: Filter) -> None:
         with self._write_lock:
             self._call(lambda c: c.delete(collection, **self._filter_kwargs(where)))
-            self._after_write(1)
+            self._after_write(collection, 1)
 
     def flush(self) -> None:
         with self._write_lock:
             self._flush_locked()
 
-    def _after_write(self, count: int) -> None:
-        self._pending += count
-        if self._pending >= self._flush_every:
+    @property
+    def unflushed(self) -> int:
+        """Writes not yet flushed to segments."""
+        return sum(self._pending.values())
+
+    def _after_write(self, collection: str, count: int) -> None:
+        # Normally the background flusher writes segments while the store is quiet (between turns), off
+        # the request path; a writer that never pauses flushes inline once flush_every rows are pending,
+        # since searches over many unflushed rows are slow (STORAGE.md #5).
+        self._pending[collection] = self._pending.get(collection, 0) + count
+        self._last_write = time.monotonic()
+        if sum(self._pending.values()) >= self._flush_every:
             self._flush_locked()
 
     def _flush_locked(self) -> None:
-        if self._pending == 0 or self._client is None:
+        if self._client is None:
             return
-        for name in self._collections:
-            self._flush_one(name)
-        self._pending = 0
+        for name, count in list(self._pending.items()):  # only the collections written since the last flush
+            if count:
+                self._flush_one(name)
+            del self._pending[name]
+        self._last_flush = time.monotonic()
 
     def _flush_one(self, collection: str) -> None:
         self._call(lambda client: client.flush(collection))
 
     def _flush_loop(self) -> None:
-        while not self._stop.wait(self._flush_interval):
-            try:
-                self.flush()
-            except Exception:  # a failed background flush is retried next tick; writes stay in the WAL
-                log.warning("periodic flush failed", exc_info=True)
+        tick = min(QUIET_SECONDS / 2, self._flush_interval)
+        while not self._stop.wait(tick):
+            if self._flush_due(time.monotonic()):
+                try:
+                    self.flush()
+                except Exception:  # a failed background flush is retried next tick; writes stay in the WAL
+                    log.warning("periodic flush failed", exc_info=True)
+
+    def _flush_due(self, now: float) -> bool:
+        """Flush every flush_interval; with a Lite file also as soon as writes pause for QUIET_SECONDS.
+
+        A real server seals segments itself and dislikes frequent flushes (small segments): timer only.
+        """
+        if not any(self._pending.values()):
+            return False
+        if now - self._last_flush >= self._flush_interval:
+            return True
+        return not self.is_server and now - self._last_write >= QUIET_SECONDS
 
     # -- reads -----------------------------------------------------------------------------
 

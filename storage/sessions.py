@@ -59,17 +59,18 @@ def session_spec(prefix: str) -> CollectionSpec:
 
 def chunk_text(text: str, limit: int = CHUNK_BYTES) -> list[str]:
     """Split text into pieces of at most `limit` UTF-8 bytes, never inside a character."""
+    if limit < 4:
+        raise ValueError("a chunk must hold any UTF-8 character (4 bytes)")
+    data = text.encode("utf-8")
     chunks: list[str] = []
-    current: list[str] = []
-    size = 0
-    for char in text:
-        width = len(char.encode("utf-8"))
-        if size + width > limit:
-            chunks.append("".join(current))
-            current, size = [], 0
-        current.append(char)
-        size += width
-    chunks.append("".join(current))
+    start = 0
+    while len(data) - start > limit:
+        end = start + limit
+        while data[end] & 0xC0 == 0x80:  # a continuation byte: the cut would split a character
+            end -= 1
+        chunks.append(data[start:end].decode("utf-8"))
+        start = end
+    chunks.append(data[start:].decode("utf-8"))
     return chunks
 
 

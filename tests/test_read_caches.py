@@ -75,8 +75,8 @@ def test_session_archive_reads_follow_writes_and_deletes(app: Flask, ns: dict[st
 def test_session_archive_reads_are_the_same_against_a_server(lite_server: str, tmp_path: Any,
                                                              ns: dict[str, str]) -> None:
     # Against a server other processes may write: nothing is cached, every read goes to the store.
-    from tests.conftest import make_settings
     from server import create_app
+    from tests.conftest import make_settings
 
     app = create_app(make_settings(tmp_path, milvus_uri=lite_server))
     try:

@@ -7,7 +7,10 @@ from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from storage.sessions import chunk_text
 from tests.conftest import assert_error, post
 
 
@@ -100,3 +103,15 @@ def test_delete_namespace_removes_session_state(client: FlaskClient, ns: dict[st
     assert client.delete("/v1/memories", query_string=ns).status_code == 200
     assert state(client, ns)["version"] == 0
     assert post(client, "session_versions", ns).get_json()["versions"] == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200),
+       limit=st.integers(min_value=4, max_value=40))
+def test_snapshot_chunks_are_maximal_whole_character_pieces(text: str, limit: int) -> None:
+    chunks = chunk_text(text, limit)
+    assert "".join(chunks) == text
+    assert all(len(chunk.encode("utf-8")) <= limit for chunk in chunks)
+    # Each piece but the last is as long as it can be: the next character would not have fitted.
+    assert all(len((chunk + following[:1]).encode("utf-8")) > limit for chunk, following in zip(chunks, chunks[1:], strict=False))
+    assert all(chunks[:-1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,20 @@ def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
         assert reopened.get("t1", ids[-1]) is not None
     finally:
         second.close()
+
+
+def test_lite_flushes_once_writes_pause_and_a_server_waits_for_its_timer(tmp_path: Path, lite_server: str) -> None:
+    # Lite searches unflushed rows slowly: a Lite file is flushed in the pause after a burst of writes (between
+    # turns), not in a request. A real server seals segments itself, so it keeps the (here long) timer.
+    ns = Namespace(agent_id="a", session_id="s")
+    for uri, flushed in ((str(tmp_path / "memory.db"), True), (lite_server, False)):
+        store = MilvusStore(uri, flush_every=1000, flush_interval=60.0).open()
+        try:
+            memories_of(ns, ["第一条", "第二条"], repo_for(store))
+            assert store.unflushed >= 1  # nothing flushed inline below flush_every
+            deadline = time.monotonic() + 3.0
+            while store.unflushed and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert (store.unflushed == 0) is flushed
+        finally:
+            store.close()
