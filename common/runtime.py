@@ -20,6 +20,13 @@ from text.tokens import Tokenizer, load_tokenizer
 log = logging.getLogger("acn.runtime")
 
 
+def _load_jieba() -> None:
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # its start-up chatter goes to stderr otherwise
+    jieba.initialize()
+
+
 @dataclass
 class Runtime:
     """Everything create_app builds once; nodes get a per-request Deps view of it."""
@@ -36,6 +43,9 @@ class Runtime:
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
         """Open the store, prepare collections and load the tokenizer and providers."""
+        # The first text write or search needs jieba's dictionary (~0.6 s to load): load it while the store
+        # opens, so the first request does not wait for it (jieba's own lock makes an early caller wait).
+        threading.Thread(target=_load_jieba, name="acn-jieba", daemon=True).start()
         tokenizer = load_tokenizer(settings.tokenizer)
         store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
                             flush_every=settings.flush_every_writes,

@@ -106,10 +106,13 @@ class MilvusStore(MemoryStore):
             try:
                 if not client.has_collection(spec.name):
                     schema, index = _build_schema(client, spec)
-                    kwargs: dict[str, Any] = {"schema": schema, "index_params": index}
+                    kwargs: dict[str, Any] = {"schema": schema}
                     if spec.partition_key:
                         kwargs["num_partitions"] = 16
                     client.create_collection(spec.name, **kwargs)
+                    # pymilvus polls a new index every 0.5 s, so waiting costs half a second per collection at
+                    # a Lite file's first start, where the index is ready at once; a server's build is waited for.
+                    client.create_index(spec.name, index, sync=self.is_server)
                 # Collections come back released after a restart (STORAGE.md #3); loading is idempotent.
                 client.load_collection(spec.name)
             except MilvusException as error:
