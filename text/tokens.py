@@ -30,6 +30,11 @@ class Tokenizer:
         self._long_counts: OrderedDict[bytes, int] = OrderedDict()
         self._long_lock = threading.Lock()
 
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The tiktoken encoding itself (no cache), e.g. for baselines that count as users would."""
+        return self._encoding
+
     def count(self, text: str) -> int:
         """Return the number of tokens in text."""
         if not text:
