@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from common.models import Memory, Namespace
 from providers.embedders import Embedder
-from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from storage.base import CollectionSpec, Filter, MemoryStore, Record
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
 MEMORY_FIELDS = {
@@ -22,7 +22,6 @@ MEMORY_FIELDS = {
     "superseded_by": "varchar", "turn_from": "int64", "turn_to": "int64", "doc": "json",
 }
 OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
-LIGHT_FIELDS = ["id", "kind", "agent_id", "session_id"]
 NO_TURN = -1
 # The store's query window: a session archive larger than this is read from the store each time.
 QUERY_WINDOW = 16384
@@ -324,46 +323,22 @@ class MemoryRepository:
         flt = tenant_filter(tenant).and_(where)
         if not query.strip():
             return []
-        # With a Lite file, archived messages of cached sessions are already in memory: the search returns
-        # only ids and the rest is read in one query (a page of long messages costs Lite more to send than
-        # to find). Against a server one round trip with every field is cheaper.
-        fields = LIGHT_FIELDS if self._exclusive else OUTPUT_FIELDS
-        hits = self.store.search_text(self.spec.name, text_query or query, limit=limit, where=flt, fields=fields)
-        dense_hits = []
-        if self.embedder:
-            dense_hits = self.store.search_dense(self.spec.name, self.embedder.embed(query),
-                                                 limit=dense_limit or limit, where=flt, fields=fields)
-        memories = self._hydrate(tenant, [*hits, *dense_hits]) if self._exclusive else {
-            hit.id: from_record({"id": hit.id, **hit.record}) for hit in [*hits, *dense_hits]}
         found: dict[str, Scored] = {}
+        hits = self.store.search_text(self.spec.name, text_query or query, limit=limit, where=flt,
+                                      fields=OUTPUT_FIELDS)
         for position, hit in enumerate(hits, start=1):
-            if hit.id in memories:
-                found[hit.id] = Scored(memories[hit.id], bm25=hit.score,
-                                       bm25_rank=position if hit.score > 0 else None)
-        for position, hit in enumerate(dense_hits, start=1):
-            if hit.id not in memories:
-                continue
-            previous = found.get(hit.id)
-            found[hit.id] = Scored(memories[hit.id], bm25=previous.bm25 if previous else 0.0, dense=hit.score,
-                                   bm25_rank=previous.bm25_rank if previous else None, dense_rank=position)
+            found[hit.id] = Scored(from_record({"id": hit.id, **hit.record}), bm25=hit.score,
+                                   bm25_rank=position if hit.score > 0 else None)
+        if self.embedder:
+            vector = self.embedder.embed(query)
+            dense_hits = self.store.search_dense(self.spec.name, vector, limit=dense_limit or limit, where=flt,
+                                                 fields=OUTPUT_FIELDS)
+            for position, hit in enumerate(dense_hits, start=1):
+                previous = found.get(hit.id)
+                memory = previous.memory if previous else from_record({"id": hit.id, **hit.record})
+                found[hit.id] = Scored(memory, bm25=previous.bm25 if previous else 0.0, dense=hit.score,
+                                       bm25_rank=previous.bm25_rank if previous else None, dense_rank=position)
         return list(found.values())
-
-    def _hydrate(self, tenant: str, hits: list[Hit]) -> dict[str, Memory]:
-        """Return the memories of light hits: archived messages from the session cache, the rest from the store."""
-        memories: dict[str, Memory] = {}
-        with self._cache_lock:
-            for hit in hits:
-                record = hit.record
-                if record.get("kind") == "turn":
-                    archive = self._archives.get((tenant, record.get("agent_id", ""), record.get("session_id", "")))
-                    if archive is not None and hit.id in archive:
-                        memories[hit.id] = archive[hit.id]
-        missing = sorted({hit.id for hit in hits} - memories.keys())
-        if missing:
-            where = Filter("tenant == {ht} and id in {hids}", {"ht": tenant, "hids": missing})
-            rows = self.store.query(self.spec.name, where, fields=OUTPUT_FIELDS, limit=len(missing))
-            memories.update((row["id"], from_record(row)) for row in rows)
-        return memories
 
 
 def tenant_filter(tenant: str) -> Filter:
