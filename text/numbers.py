@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 KINDS = (
     "amount",
@@ -303,12 +304,25 @@ def _canonical(text: str) -> str:
 
 def value_present(value: str, text: str) -> bool:
     """Return True when value is in text, ignoring whitespace, full-width digits and thousands separators."""
+    pattern = _value_pattern(value)
+    return pattern is None or pattern.search(_canonical_text(text)) is not None
+
+
+# Assembly asks, for every candidate line, whether it states any superseded value: the same values and
+# lines come back on every turn, so patterns and folded texts are remembered.
+@lru_cache(maxsize=8192)
+def _value_pattern(value: str) -> re.Pattern[str] | None:
     needle = _SPACES.sub("", _canonical(value))
     if not needle:
-        return True
+        return None
     # Whitespace may appear between any two characters ("12 万"), but it never joins two numbers.
     body = r"\s*".join(re.escape(char) for char in needle)
     # A number must not match inside a longer number: "3" is not present in "30" or "3.5".
     left = r"(?<![\d.])" if needle[0].isdigit() else ""
     right = r"(?!\d|\.\d)" if needle[-1].isdigit() else ""
-    return re.search(left + body + right, _canonical(text), re.ASCII) is not None
+    return re.compile(left + body + right, re.ASCII)
+
+
+@lru_cache(maxsize=4096)
+def _canonical_text(text: str) -> str:
+    return _canonical(text)
