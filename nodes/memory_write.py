@@ -27,7 +27,15 @@ from common.models import (
 )
 from nodes.spec import Description, NodeSpec
 from storage.base import Filter
-from storage.memories import MemoryRepository, kinds_filter, live_filter, new_memory_id, scope_filter, tenant_filter
+from storage.memories import (
+    MemoryRepository,
+    Stamp,
+    kinds_filter,
+    live_filter,
+    new_memory_id,
+    scope_filter,
+    tenant_filter,
+)
 from text.events import extract_events
 from text.numbers import extract_key_numbers
 from text.pii import redact_pii
@@ -179,12 +187,13 @@ class Pool:
     """
 
     def __init__(self, memories: MemoryRepository, tenant: str, loaded: list[Known] | None,
-                 key: Hashable = None, generation: int = 0) -> None:
+                 namespace: Namespace | None = None, key: Hashable = None, stamp: Stamp | None = None) -> None:
         self.memories, self.tenant = memories, tenant
         self.exhaustive = loaded is not None
-        # With a Lite file the index outlives the batch: parked after a save, it serves the next batch of
-        # the same namespace, scopes and kinds unless another memory was written in between.
-        self.key, self.generation = key, generation
+        # With a Lite file an index of every kind outlives the batch: parked after a save, it serves the next
+        # batch of the same namespace and scopes unless another write to the agent (or to the shared scope)
+        # happened in between.
+        self.namespace, self.key, self.stamp = namespace, key, stamp
         self.live: dict[str, Known] = {}
         self.grams: dict[str, frozenset[str]] = {}
         self.postings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
@@ -197,16 +206,21 @@ class Pool:
     def load(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem]) -> Pool:
         scopes = sorted({item.scope for item in items})
         kinds = sorted({item.kind for item in items})
-        where = scope_filter(namespace, scopes).and_(live_filter(False)).and_(kinds_filter(kinds, exclude_turns=False))
-        key = ("dedup pool", tenant, where.cache_key())
-        parked = memories.unpark(key)
-        if isinstance(parked, Pool):
-            return parked
-        generation = memories.generation
+        live = scope_filter(namespace, scopes).and_(live_filter(False))
+        if items and "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
+            key = ("dedup pool", tenant, namespace.agent_id, live.cache_key())
+            parked = memories.unpark(tenant, namespace.agent_id, key)
+            if isinstance(parked, Pool):
+                return parked
+            stamp = memories.stamp(tenant, namespace.agent_id)
+            rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(live).and_(
+                kinds_filter(None, exclude_turns=True)), fields=KNOWN_FIELDS, limit=POOL_LIMIT + 1)
+            if len(rows) <= POOL_LIMIT:
+                return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
+        where = live.and_(kinds_filter(kinds, exclude_turns=False))
         rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
                                     limit=POOL_LIMIT + 1) if items else []
-        exhaustive = len(rows) <= POOL_LIMIT and "turn" not in kinds
-        return cls(memories, tenant, [known(row) for row in rows] if exhaustive else None, key, generation)
+        return cls(memories, tenant, [known(row) for row in rows] if len(rows) <= POOL_LIMIT else None)
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -259,14 +273,21 @@ class Pool:
     def save(self) -> None:
         """Write everything pending in one upsert."""
         if self.pending:
-            self.memories.save(self.tenant, list(self.pending.values()), new_ids=self.new_ids)
+            written = list(self.pending.values())
+            self.memories.save(self.tenant, written, new_ids=self.new_ids)
             self.pending, self.new_ids = {}, set()
-            self.generation += 1  # this write is reflected here; any other one since the load is not
+            if self.stamp is not None and self.namespace is not None:
+                # This write is reflected here (the counters move as the repository moves them); any other
+                # write since the load is not, and makes the stamps differ.
+                epoch, agent, shared = self.stamp
+                self.stamp = (epoch, agent + any(m.agent_id == self.namespace.agent_id for m in written),
+                              shared + any(m.scope == "shared" for m in written))
 
     def park(self) -> None:
         """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
-        if self.exhaustive and not self.pending and len(self.live) <= POOL_LIMIT:
-            self.memories.park(self.key, self, self.generation)
+        if self.stamp is not None and self.namespace is not None and not self.pending \
+                and len(self.live) <= POOL_LIMIT:
+            self.memories.park(self.tenant, self.namespace.agent_id, self.key, self, self.stamp)
 
     def _index(self, memory: Known) -> None:
         grams = shingles(memory.content)

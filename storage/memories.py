@@ -29,6 +29,7 @@ CACHED_ARCHIVES = 256
 CACHED_VIEWS = 1024
 CACHED_POOLS = 64
 T = TypeVar("T")
+Stamp = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,12 @@ class MemoryRepository:
         self._archive_epoch = 0  # bumps on every archive write: a load that raced one is not kept
         self._revision = 0  # bumps on writes that can change a view (not on inserting new memories)
         self._views: dict[Hashable, tuple[int, Any]] = {}
-        self._generation = 0  # bumps on every write of a memory that is not an archived message
+        # Write counters that tell whether what a batch writer loaded is still what the store holds: per
+        # agent (its session, user and agent scopes), per tenant for the shared scope, and an epoch for
+        # deletes and failures. Archived messages are not counted (no dedup index holds them).
+        self._epoch = 0
+        self._agent_writes: dict[tuple[str, str], int] = {}
+        self._shared_writes: dict[str, int] = {}
         self._parked: OrderedDict[Hashable, tuple[int, Any]] = OrderedDict()
 
     def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
@@ -180,8 +186,11 @@ class MemoryRepository:
         with self._cache_lock:
             if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
                 self._revision += 1
-            if any(m.kind != "turn" for m in memories):
-                self._generation += 1
+            counted = [m for m in memories if m.kind != "turn"]
+            for agent in {(tenant, m.agent_id) for m in counted}:
+                self._agent_writes[agent] = self._agent_writes.get(agent, 0) + 1
+            if any(m.scope == "shared" for m in counted):
+                self._shared_writes[tenant] = self._shared_writes.get(tenant, 0) + 1
             for memory in memories:
                 if memory.kind != "turn":
                     continue
@@ -197,34 +206,37 @@ class MemoryRepository:
             self._parked.clear()
             self._revision += 1
             self._archive_epoch += 1
-            self._generation += 1
+            self._epoch += 1
 
-    @property
-    def generation(self) -> int:
-        """The count of memory writes so far (archived messages aside); 0 forever against a server."""
+    def stamp(self, tenant: str, agent_id: str) -> Stamp:
+        """Return the write counters an agent's memories depend on: (epoch, agent's writes, shared writes)."""
         with self._cache_lock:
-            return self._generation
+            return self._stamp(tenant, agent_id)
 
-    def park(self, key: Hashable, value: Any, generation: int) -> None:
-        """Keep an object built from the store as it was at `generation` (e.g. a batch writer's dedup index).
+    def _stamp(self, tenant: str, agent_id: str) -> Stamp:
+        return self._epoch, self._agent_writes.get((tenant, agent_id), 0), self._shared_writes.get(tenant, 0)
 
-        `unpark` hands it back only while no memory was written since; against a server nothing is kept.
+    def park(self, tenant: str, agent_id: str, key: Hashable, value: Any, stamp: Stamp) -> None:
+        """Keep an object built from an agent's memories as of `stamp` (e.g. a batch writer's dedup index).
+
+        `unpark` hands it back only while nothing it depends on was written since; against a server nothing
+        is kept.
         """
         if not self._exclusive:
             return
         with self._cache_lock:
-            if generation != self._generation:
+            if stamp != self._stamp(tenant, agent_id):
                 return
-            self._parked[key] = (generation, value)
+            self._parked[key] = (stamp, value)
             self._parked.move_to_end(key)
             while len(self._parked) > CACHED_POOLS:
                 self._parked.popitem(last=False)
 
-    def unpark(self, key: Hashable) -> Any | None:
-        """Take back a parked object if the store has not changed since it was parked (it is removed)."""
+    def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
+        """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
         with self._cache_lock:
             parked = self._parked.pop(key, None)
-            if parked is None or parked[0] != self._generation:
+            if parked is None or parked[0] != self._stamp(tenant, agent_id):
                 return None
             return parked[1]
 

@@ -83,3 +83,12 @@ def test_session_archive_reads_are_the_same_against_a_server(lite_server: str, t
         test_session_archive_reads_follow_writes_and_deletes(app, ns)
     finally:
         app.extensions["acn"].close()
+
+
+def test_batch_dedup_sees_shared_memories_another_agent_wrote(client: FlaskClient, ns: dict[str, str]) -> None:
+    # The dedup index is kept per agent; a shared memory written by another agent must still be seen.
+    other = {**ns, "agent_id": ns["agent_id"] + "-other"}
+    write(client, ns, [{"kind": "knowledge", "content": "退货运费由商家承担", "scope": "shared"}])
+    write(client, other, [{"kind": "knowledge", "content": "七天无理由退货不含定制商品", "scope": "shared"}])
+    again = write(client, ns, [{"kind": "knowledge", "content": "七天无理由退货不含定制商品", "scope": "shared"}])
+    assert again[0]["action"] == "duplicate"
