@@ -188,8 +188,9 @@ def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
     # Ids derive from what is archived, so a retried request (after a store failure) rewrites the same
     # rows instead of adding duplicates.
     rows = [row.model_copy(update={"id": archive_id(tenant, row)}) for row in rows]
-    memories.save(tenant, rows)
-    return [row.id for row in rows]
+    ids = [row.id for row in rows]
+    memories.save(tenant, rows, new_ids=memories.absent_archive_ids(tenant, namespace, ids))
+    return ids
 
 
 def archive_rows(namespace: Namespace, turn: int, index: int, message: Message, now: int) -> list[Memory]:

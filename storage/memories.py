@@ -274,6 +274,15 @@ class MemoryRepository:
         return sorted((m for m in archive.values() if m.scope == "session" and not m.valid_to and m.turn_range
                        and m.turn_range[0] in wanted), key=lambda m: (m.created_at, m.id))
 
+    def absent_archive_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
+        """Return the ids among `ids` that the session's archive certainly does not hold (Lite only).
+
+        Those can be inserted; the rest must be upserted. Inserting skips the upsert's primary-key lookup,
+        whose cost grows with the collection (a retried turn rewrites rows that may exist: those are upserted).
+        """
+        archive = self._session_archive(tenant, namespace) if self._exclusive else None
+        return set(ids) - archive.keys() if archive is not None else set()
+
     def _session_archive(self, tenant: str, namespace: Namespace) -> dict[str, Memory] | None:
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._cache_lock:

@@ -92,3 +92,4 @@ def test_batch_dedup_sees_shared_memories_another_agent_wrote(client: FlaskClien
     write(client, other, [{"kind": "knowledge", "content": "七天无理由退货不含定制商品", "scope": "shared"}])
     again = write(client, ns, [{"kind": "knowledge", "content": "七天无理由退货不含定制商品", "scope": "shared"}])
     assert again[0]["action"] == "duplicate"
+
