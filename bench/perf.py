@@ -230,8 +230,8 @@ def conversation_turn(turn: int) -> list[dict[str, Any]]:
     return turn_messages((turn - 1) % 60 + 1)
 
 
-def flat(turns: int) -> list[dict[str, Any]]:
-    return [message for turn in range(1, turns + 1) for message in conversation_turn(turn)]
+def flat(turns: int, first: int = 1) -> list[dict[str, Any]]:
+    return [message for turn in range(first, first + turns) for message in conversation_turn(turn)]
 
 
 def ask(namespace: dict[str, str], index: int) -> dict[str, Any]:
@@ -376,8 +376,9 @@ def node_rows(transport: Transport, size: int, config: Config, runtime: Runtime 
     rows.append(Row("nodes", "assemble", via, store, times, f"{config.record_turns}-turn session, auto, 4,000 tokens",
                     target=ASSEMBLE_50 if config.record_turns == 50 else None))
 
-    bodies = [{"agent_id": agent, "session_id": f"compact-{i}", "messages": flat(COMPACT_TURNS), "force": True,
-               "engine": "extractive"} for i in range(config.compact_calls + 1)]
+    # A different stretch of the conversation each call: nothing computed for one call's text serves the next.
+    bodies = [{"agent_id": agent, "session_id": f"compact-{i}", "messages": flat(COMPACT_TURNS, 1 + 7 * i % 60),
+               "force": True, "engine": "extractive"} for i in range(config.compact_calls + 1)]
     times, _ = time_posts(transport, "compact", bodies, f"{store} {via} compact", warmup=1)
     rows.append(Row("nodes", "compact", via, store, times, f"{COMPACT_TURNS} given turns, extractive, force"))
     bodies = [{"messages": flat(EDIT_TURNS)}] * (config.edit_calls + 1)

@@ -176,6 +176,13 @@ _SPACES = re.compile(r"\s+")  # Unicode whitespace, including the ideographic sp
 
 def extract_key_numbers(text: str) -> list[KeyNumber]:
     """Return the key values of text in order of first appearance, deduplicated by value."""
+    return list(_key_numbers(text))
+
+
+# Compaction reads the numbers of the same source several times (summary, verifier, stats), and dedup and
+# assembly ask about the same stored lines on every request: results are remembered per text.
+@lru_cache(maxsize=1024)
+def _key_numbers(text: str) -> tuple[KeyNumber, ...]:
     folded = text.translate(_FOLD)
     spans = _select_spans(_candidates(folded))
     found: list[KeyNumber] = []
@@ -190,7 +197,7 @@ def extract_key_numbers(text: str) -> list[KeyNumber]:
         next_start = spans[index + 1][0] if index + 1 < len(spans) else len(text)
         label = _label(text, start, end, previous_end, next_start) or kind
         found.append(KeyNumber(kind=_refine_kind(kind, label), value=value, label=label))
-    return found
+    return tuple(found)
 
 
 def _covered(values: list[str]) -> set[str]:
