@@ -472,6 +472,8 @@ def scaling_rows(app: Flask, config: Config) -> list[Row]:
     rows = [Row("scaling", "assemble", "in-process", f"{n:,} turns", times[n][1:],
                 f"→ {answers[n]['tokens']['total']:,} tokens", target=ASSEMBLE_50 if n == 50 else None)
             for n in lengths]
+    rows += [Row("scaling", "assemble, first call in the session", "in-process", f"{n:,} turns", times[n][:1],
+                 "reads what the process does not keep yet (superseded values, archive)") for n in lengths]
     probes = {n: [{**sessions[n][k // per_session[n]], "messages": turn_messages(k % PROBE_TURNS + 1)}
                   for k in range(config.scaling_probes)] for n in lengths}
     times, _ = round_robin(transport, "record_turn", probes)
