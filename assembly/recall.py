@@ -32,9 +32,11 @@ MAX_TURN_POOL = 150
 # FLOOR_BUDGET tokens (see relative_floor).
 RELATIVE_FLOOR = 0.4
 FLOOR_BUDGET = 1000
-# Messages next to the best hits, and how much of the hit's score they inherit.
+# Messages next to the best hits, and how much of the hit's score they inherit. Two messages each way: what
+# a question needs often sits in the same exchange a few lines from the line that matched its words (on LoCoMo
+# conversations 1-2 a span of 2 gained 1.5-2.2 points of evidence recall over 1; a span of 3 nothing more).
 NEIGHBOUR_HITS = 16
-NEIGHBOUR_SPAN = 1
+NEIGHBOUR_SPAN = 2
 NEIGHBOUR_DECAY = 0.8
 REPLY_DECAY = 0.95
 _QUESTION = re.compile(r"[?？]|[吗呢么][。!！~～]*$")
