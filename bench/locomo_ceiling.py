@@ -110,8 +110,9 @@ def report(total: Ceilings, budgets: list[int], embedder: str) -> str:
              "| budget | packing ceiling (oracle evidence recall) | questions whose evidence cannot all fit |",
              "|---|---|---|"]
     for budget in budgets:
+        unfit = total.unfit_questions[budget]
         lines.append(f"| {budget} | {100 * total.packed[budget] / total.evidence:.1f} % | "
-                     f"{total.unfit_questions[budget]} ({100 * total.unfit_questions[budget] / total.questions:.1f} %) |")
+                     f"{unfit} ({100 * unfit / total.questions:.1f} %) |")
     lines += ["", "| candidates looked at | retrieval ceiling (evidence turns among them) |", "|---|---|"]
     for depth, hits in total.ranked.items():
         lines.append(f"| top {depth} | {100 * hits / total.evidence:.1f} % |")

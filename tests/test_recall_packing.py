@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flask.testing import FlaskClient
+
 from assembly.fit import Item, fit_text_items, layer_lines
 from assembly.layers import memory_items
 from assembly.recall import FLOOR_BUDGET, RELATIVE_FLOOR, relative_floor
 from bench import locomo, locomo_ceiling
 from common.models import Memory
+from tests.conftest import post
 from tests.test_bench_recall_smoke import SAMPLE
+from tests.test_retrieval_hybrid import FILLER, record
 from text.tokens import load_tokenizer
 
 
@@ -71,3 +75,12 @@ def test_ceilings_count_packing_and_ranking(tmp_path: Path) -> None:
     assert counts.ranked["all"] >= 2  # the bowl and the kitten are found by their words
     text = locomo_ceiling.report(counts, [30, 600], "none")
     assert "packing ceiling" in text and "| top all |" in text
+
+
+def test_the_message_two_after_a_hit_is_served(client: FlaskClient, ns: dict[str, str]) -> None:
+    record(client, ns, [("I saw a comet last night.", "Wow! What colour was it?", "4 May, 2023"),
+                        ("Bright green with a long tail.", "Beautiful.", "4 May, 2023"), *FILLER])
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 600,
+                                     "user_input": "Tell me about the comet", "messages": []}).get_json()
+    # The answer shares no word with the question: it is two messages after the line that matched.
+    assert "Ann: Bright green with a long tail." in body["memory_text"]
