@@ -41,7 +41,9 @@ def layer_shares(available: int, ratios: BudgetRatios) -> dict[str, int]:
     return {layer: int(available * weight / total) for layer, weight in weights.items()}
 
 # Focused mode answers from what retrieval finds (seed 004 §2.2): retrieved memories and archived turns get
-# the largest share; recent turns keep enough for continuity. Unused budget still flows between layers.
+# the largest share; recent turns keep enough for continuity (at 1,000 tokens, about the last turn or two).
+# Measured on LoCoMo at 1k: a 30 % recent-turn share held 285 tokens that rarely carried the evidence;
+# at 15 % evidence recall rose 1.6 points (2 conversations). Unused budget still flows between layers.
 MODE_DEFAULTS: dict[str, BudgetRatios] = {
-    "focused": BudgetRatios(system=0.15, immediate=0.30, working=0.15, persistent=0.40),
+    "focused": BudgetRatios(system=0.15, immediate=0.15, working=0.15, persistent=0.55),
 }

@@ -14,7 +14,8 @@ class Item:
     """One candidate line (or turn) of a layer.
 
     `variants` are the texts to try, richest first (a segment in full, then brief); `order` decides
-    where a chosen item is shown; the list position of an item is its priority.
+    where a chosen item is shown; the list position of an item is its priority. Items of the same `group`
+    shown one after another share one header line (the group) instead of each repeating it.
     """
 
     key: str
@@ -23,6 +24,7 @@ class Item:
     source: dict[str, Any] | None = None
     messages: list[Message] = field(default_factory=list)
     chosen: str = ""
+    group: str = ""
 
 
 @dataclass
@@ -41,29 +43,49 @@ def text_layer_cost(texts: list[str], tokenizer: Tokenizer) -> int:
     return MESSAGE_OVERHEAD_TOKENS + tokenizer.count("\n".join(texts))
 
 
+def layer_lines(items: list[Item]) -> list[str]:
+    """Return the chosen lines in order, each group's header written once before a run of its items."""
+    lines: list[str] = []
+    previous = ""
+    for item in items:
+        if item.group and item.group != previous:
+            lines.append(item.group)
+        previous = item.group
+        lines.append(item.chosen)
+    return lines
+
+
 def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> Fitted:
-    """Greedily keep items in priority order, each in its richest variant that still fits."""
+    """Greedily keep items in priority order, each in its richest variant that still fits.
+
+    The first item kept of a group also pays for the group's header line.
+    """
     kept: list[Item] = []
     dropped: list[tuple[Item, int]] = []
+    opened: set[str] = set()
     # Joining lines never costs more than the lines plus one token per newline, so the running sum
     # is a safe upper bound; the exact count is taken once at the end.
     used = MESSAGE_OVERHEAD_TOKENS
     for item in candidates:
-        costs = [(variant, tokenizer.count(variant) + 1) for variant in item.variants]
+        header = tokenizer.count(item.group) + 1 if item.group and item.group not in opened else 0
+        costs = [(variant, tokenizer.count(variant) + 1 + header) for variant in item.variants]
         fitting = next(((v, c) for v, c in costs if used + c <= budget), None)
         if fitting is None:
             dropped.append((item, costs[-1][1] if costs else 0))
             continue
         item.chosen, cost = fitting
         kept.append(item)
+        opened.add(item.group)
         used += cost
     kept.sort(key=lambda k: k.order)
-    exact = text_layer_cost([k.chosen for k in kept], tokenizer)
-    while kept and exact > budget:  # the bound held in every case seen; this keeps the guarantee if not
-        last = max(kept, key=candidates.index)  # the lowest-priority item goes first
+    exact = text_layer_cost(layer_lines(kept), tokenizer)
+    # The bound holds unless a group's items are not shown one after another (its header then repeats);
+    # dropping the lowest-priority items keeps the guarantee.
+    while kept and exact > budget:
+        last = max(kept, key=candidates.index)
         kept.remove(last)
         dropped.append((last, tokenizer.count(last.chosen)))
-        exact = text_layer_cost([k.chosen for k in kept], tokenizer)
+        exact = text_layer_cost(layer_lines(kept), tokenizer)
     return Fitted(kept, dropped, exact)
 
 

@@ -7,14 +7,18 @@ from assembly.recall import message_order
 from common.models import Memory, Message, Segment
 from compaction.render import LABELS, render_decision, render_header
 from compaction.segments import group_turns
-from nodes.memory_retrieve import render_memories
+from nodes.memory_retrieve import render_memories, source_tag, speaker_label
 from text.similarity import normalise, shingles
 
 KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
 
 
 def memory_items(memories: list[Memory], language: str) -> list[Item]:
-    """Return one tagged line per memory, in the given (ranked) order; repeated texts appear once."""
+    """Return one tagged line per memory, in the given (ranked) order; repeated texts appear once.
+
+    Dated archived messages carry their tag as a group header: a run of messages from the same day is shown
+    under one `[from memory · date]` line, and the tokens a repeated tag would cost hold more evidence.
+    """
     items, seen = [], set()
     for rank, memory in enumerate(memories):
         text = normalise(memory.content)
@@ -25,9 +29,18 @@ def memory_items(memories: list[Memory], language: str) -> list[Item]:
                   "meta": memory.meta}
         # Facts first in rank order, then archived messages in conversation order (easier to follow).
         order = (1, *message_order(memory)) if memory.kind == "turn" else (0, rank, 0, 0)
-        items.append(Item(key=memory.id, variants=[render_memories([memory], language)], order=order,
-                          source=source))
+        header = dated_header(memory, language)
+        line = f"{speaker_label(memory, language)}: {memory.content}" if header else render_memories([memory], language)
+        items.append(Item(key=memory.id, variants=[line], order=order, source=source, group=header))
     return items
+
+
+def dated_header(memory: Memory, language: str) -> str:
+    """Return the shared header of an archived message that has a date and a speaker, else ""."""
+    when = memory.meta.get("time") or memory.meta.get("date")
+    if memory.kind != "turn" or not (isinstance(when, str) and when.strip()) or not speaker_label(memory, language):
+        return ""
+    return source_tag(memory, language)
 
 
 def note_items(lines: list[str], language: str, *, kind: str) -> list[Item]:

@@ -27,23 +27,39 @@ from text.similarity import normalise
 TOKENS_PER_MESSAGE = 25
 MIN_TURN_POOL = 10
 MAX_TURN_POOL = 150
-# Candidates scoring below this share of the best one are not worth their tokens.
+# Candidates scoring below this share of the best one are not worth their tokens in a context of up to
+# FLOOR_BUDGET tokens (see relative_floor).
 RELATIVE_FLOOR = 0.4
-# Messages next to the best hits, and how much of the hit's score they inherit.
+FLOOR_BUDGET = 1000
+# Messages next to the best hits, and how much of the hit's score they inherit. Two messages each way: what
+# a question needs often sits in the same exchange a few lines from the line that matched its words (on LoCoMo
+# conversations 1-2 a span of 2 gained 1.5-2.2 points of evidence recall over 1; a span of 3 nothing more).
 NEIGHBOUR_HITS = 16
-NEIGHBOUR_SPAN = 1
+NEIGHBOUR_SPAN = 2
 NEIGHBOUR_DECAY = 0.8
 REPLY_DECAY = 0.95
 _QUESTION = re.compile(r"[?？]|[吗呢么][。!！~～]*$")
 
 
 def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,
-                     history: list[Message], shown_turns: set[int] | None = None) -> list[Memory]:
-    """Return memories and archived messages for the query, best first.
+                     history: list[Message], shown_turns: set[int] | None = None,
+                     floor: float = RELATIVE_FLOOR) -> list[Memory]:
+    """Return memories and archived messages for the query, best first, none under `floor` × the best score.
 
     `history` is the recent conversation (its last user message resolves a bare back-reference);
     `shown_turns` are the turns the history layer shows, whose messages are not served again.
     """
+    merged = focused_candidates(namespace, query, deps, top_k=top_k, turn_pool=turn_pool, history=history,
+                                shown_turns=shown_turns)
+    if merged:  # a long tail of weak matches costs tokens and buries the answer
+        cutoff = floor * merged[0].score
+        merged = [m for m in merged if m.score >= cutoff]
+    return [Memory(**m.model_dump(exclude={"score", "score_parts"})) for m in merged]
+
+
+def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,
+                       history: list[Message], shown_turns: set[int] | None = None) -> list[RetrievedMemory]:
+    """Return every scored candidate for the query (facts, archived messages and their neighbours), best first."""
     if is_pleasantry(query):  # "好的" / "thanks" asks for nothing earlier: no recall, no tokens spent on it
         return []
     previous = next((m.content for m in reversed(history) if m.role == "user" and m.content), None)
@@ -57,11 +73,17 @@ def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int
     shown = shown_turns if shown_turns is not None else {m.turn for m in history if m.turn is not None}
     turns = [t for t in turns if not (t.turn_range and t.turn_range[0] in shown)]
     events, turns = point_back(events, turns)
-    merged = sorted([*events, *turns], key=lambda m: (-m.score, -m.updated_at))
-    if merged:  # a long tail of weak matches costs tokens and buries the answer
-        floor = RELATIVE_FLOOR * merged[0].score
-        merged = [m for m in merged if m.score >= floor]
-    return [Memory(**m.model_dump(exclude={"score", "score_parts"})) for m in merged]
+    return sorted([*events, *turns], key=lambda m: (-m.score, -m.updated_at))
+
+
+def relative_floor(max_tokens: int) -> float:
+    """Return the score floor (share of the best score) for a context of max_tokens.
+
+    The floor keeps a small context from spending its tokens on weak matches; a larger budget has room for
+    them, and the second fact a question needs often matches it only weakly. So the floor falls in proportion
+    as the budget grows past FLOOR_BUDGET.
+    """
+    return RELATIVE_FLOOR * min(1.0, FLOOR_BUDGET / max_tokens)
 
 
 def turn_pool(max_tokens: int) -> int:

@@ -1,7 +1,7 @@
 """LoCoMo evidence recall: our nodes against a last-N-tokens window and BM25 over raw turns, in one run.
 
 Run: .venv/bin/python -m bench.locomo [--data PATH] [--limit N] [--budgets 1000,2000,4000] [--embedder use]
-                                     [--workers 2]
+                                     [--workers 2] [--stores DIR]
 
 Each conversation is recorded turn by turn through `record_turn` (speaker A as user, speaker B as assistant,
 the dia_id and session date in `meta`); then, for every question and budget, `assemble` builds a context and
@@ -136,9 +136,9 @@ class OurSystem:
 def run(conversations: list[Conversation], budgets: list[int], embedders: list[str], mode: str, folder: Path,
         workers: int = 1) -> tuple[dict[int, Tally], dict[str, float]]:
     """Evaluate every conversation (in `workers` processes, each conversation in stores of its own)."""
-    jobs = [(c, budgets, embedders, mode, folder / f"{i:02d}", workers == 1) for i, c in enumerate(conversations)]
+    jobs = [(c, budgets, embedders, mode, folder / store_name(c), workers == 1) for c in conversations]
     tallies = {budget: Tally() for budget in budgets}
-    ingest: dict[str, float] = {}
+    ingest_seconds: dict[str, float] = {}
     results: Iterable[tuple[dict[int, dict[str, list[Outcome]]], dict[str, float]]]
     if workers == 1:
         results = map(evaluate, jobs)
@@ -153,12 +153,12 @@ def run(conversations: list[Conversation], budgets: list[int], embedders: list[s
                     for row in rows:
                         tallies[budget].add(system, row)
             for label, value in seconds.items():
-                ingest[label] = ingest.get(label, 0.0) + value
+                ingest_seconds[label] = ingest_seconds.get(label, 0.0) + value
     finally:
         if workers != 1:
             pool.close()
             pool.join()
-    return tallies, ingest
+    return tallies, ingest_seconds
 
 
 def evaluate(job: tuple[Conversation, list[int], list[str], str, Path, bool]
@@ -181,11 +181,7 @@ def evaluate(job: tuple[Conversation, list[int], list[str], str, Path, bool]
     for embedder in embedders:
         system = OurSystem(folder / embedder, embedder, mode)
         try:
-            started = time.perf_counter()
-            turns = turns_of(conversation.lines)
-            for turn in progress(turns, desc=f"{conversation.sample_id} → {system.label}") if verbose else turns:
-                system.record(namespace, turn)
-            seconds[system.label] = time.perf_counter() - started
+            seconds[system.label] = ingest(system, conversation, namespace, folder / embedder, verbose)
             asks = [(q, b) for q in conversation.questions for b in budgets]
             for question, budget in progress(asks, desc=f"{conversation.sample_id} questions") if verbose else asks:
                 prompt, ids, tokens, ms = system.ask(namespace, question.text, budget)
@@ -194,6 +190,31 @@ def evaluate(job: tuple[Conversation, list[int], list[str], str, Path, bool]
         finally:
             system.close()
     return outcomes, seconds
+
+
+def store_name(conversation: Conversation) -> str:
+    """Return the folder name of a conversation's stores (stable across --limit, so --stores can reuse them)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", conversation.sample_id)
+
+
+def ingest(system: OurSystem, conversation: Conversation, namespace: dict[str, str], folder: Path,
+           verbose: bool) -> float:
+    """Record every turn through record_turn and return the seconds it took.
+
+    A store folder that a finished ingest marked (with --stores) is reused as it is: assemble only reads, and
+    recording the same turns with the same code builds the same store, so only the question side is rerun.
+    """
+    marker = folder / "ingested.json"
+    if marker.exists():
+        return float(json.loads(marker.read_text(encoding="utf-8"))["seconds"])
+    started = time.perf_counter()
+    turns = turns_of(conversation.lines)
+    for turn in progress(turns, desc=f"{conversation.sample_id} → {system.label}") if verbose else turns:
+        system.record(namespace, turn)
+    seconds = time.perf_counter() - started
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"seconds": seconds, "turns": len(turns)}), encoding="utf-8")
+    return seconds
 
 
 def outcome(question: Question, texts: dict[str, str], context: str, ids: set[str], tokens: int,
@@ -253,16 +274,18 @@ def main() -> None:
                         help="comma-separated ACN_EMBEDDER values, one system each (none = BM25 only)")
     parser.add_argument("--mode", default="focused", help="assemble mode for the questions")
     parser.add_argument("--workers", type=int, default=2, help="conversations evaluated in parallel processes")
+    parser.add_argument("--stores", type=Path, default=None,
+                        help="keep the ingested stores here and reuse them on the next run (default: a temp folder)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "locomo.md")
     args = parser.parse_args()
     conversations = load(args.data, args.limit)
     budgets = [int(b) for b in args.budgets.split(",")]
-    with tempfile.TemporaryDirectory() as folder:
-        tallies, ingest = run(conversations, budgets, args.embedder.split(","), args.mode, Path(folder),
-                              args.workers)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.stores or Path(scratch)
+        tallies, seconds = run(conversations, budgets, args.embedder.split(","), args.mode, folder, args.workers)
     command = "python -m bench.locomo" + (f" --limit {args.limit}" if args.limit else "") + (
         f" --embedder {args.embedder}" if args.embedder != "use" else "")
-    text = report(tallies, ingest, command, sum(len(c.questions) for c in conversations), len(conversations))
+    text = report(tallies, seconds, command, sum(len(c.questions) for c in conversations), len(conversations))
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n", encoding="utf-8")

@@ -9,9 +9,9 @@ from pydantic import BeforeValidator, Field
 
 from assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from assembly.current import current_memories, current_segments, stale_values
-from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, text_layer_cost
+from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, text_layer_cost
 from assembly.layers import memory_items, note_items, segment_items, turn_items
-from assembly.recall import focused_memories, turn_pool
+from assembly.recall import focused_memories, relative_floor, turn_pool
 from common.deps import Deps
 from common.errors import ValidationError
 from common.models import (
@@ -202,7 +202,7 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
     elif request.user_input.strip():
         pool = turn_pool(request.max_tokens) if request.archive_top_k is None else request.archive_top_k
         found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
-                                  history=history, shown_turns=shown)
+                                  history=history, shown_turns=shown, floor=relative_floor(request.max_tokens))
     return list({m.id: m for m in found}.values())
 
 
@@ -249,7 +249,7 @@ def without_repeats(fitted: dict[str, Fitted], deps: Deps) -> dict[str, Fitted]:
                     and item.source["turn_range"][0] in in_history)]
     if len(kept) == len(memory.items):
         return fitted
-    tokens = text_layer_cost([item.chosen for item in kept], deps.tokenizer)
+    tokens = text_layer_cost(layer_lines(kept), deps.tokenizer)
     return {**fitted, "memory": Fitted(kept, memory.dropped, tokens)}
 
 
@@ -263,7 +263,7 @@ def fit(layer: str, items: list[Item], budget: int, deps: Deps) -> Fitted:
 def build_response(request: AssembleRequest, mode: str, system_messages: list[Message], user: list[Message],
                    fitted: dict[str, Fitted], withheld: list[Dropped], deps: Deps) -> AssembleResponse:
     """Render the layers into messages and strings, and count what each costs."""
-    memory_text = "\n".join(item.chosen for item in fitted["memory"].items)
+    memory_text = "\n".join(layer_lines(fitted["memory"].items))
     working_lines = [item.chosen for item in fitted["working"].items]
     working_text = "\n".join(working_lines)
     history = [m for item in fitted["history"].items for m in item.messages]

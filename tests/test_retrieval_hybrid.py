@@ -10,6 +10,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from assembly.recall import NEIGHBOUR_SPAN
 from providers.embedders import UniversalSentenceEncoder, load_embedder
 from server import create_app
 from tests.conftest import make_settings, post
@@ -74,7 +75,9 @@ def test_the_reply_to_a_matching_question_is_served(client: FlaskClient, ns: dic
     body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 400,
                                      "user_input": "How did the meteor shower make Bob feel?"}).get_json()
     assert "Tiny and in awe of the universe." in body["memory_text"]
-    assert "[from memory · 2023-05-08] Bob: Tiny and in awe" in body["memory_text"]
+    # The day's header is written once, above the exchange it dates.
+    assert ("[from memory · 2023-05-08]\nAnn: Bob, how did the meteor shower make you feel?\nBob: Tiny and in awe"
+            in body["memory_text"])
     assert body["tokens"]["total"] <= 400
 
 
@@ -92,8 +95,10 @@ def test_extracted_fact_points_back_to_its_message(client: FlaskClient, ns: dict
                         *[(f"第{i}个问题是关于发票的。", "好的。", "2025-03-02") for i in range(12)]])
     body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 600, "user_input": "我是什么会员？",
                                      "messages": []}).get_json()
-    lines = [line for line in body["memory_text"].splitlines() if "VIP" in line]
-    assert lines == ["[来自记忆 · 2025-03-01] Ann: 我是VIP客户，已开通自动退款。"]
+    lines = body["memory_text"].splitlines()
+    found = [i for i, line in enumerate(lines) if "VIP" in line]
+    assert [lines[i] for i in found] == ["Ann: 我是VIP客户，已开通自动退款。"]  # the message, not the fact
+    assert lines[found[0] - 1] == "[来自记忆 · 2025-03-01]"  # under its day's header
 
 
 def test_focused_fills_its_budget_from_the_archive_and_never_exceeds_it(client: FlaskClient,
@@ -110,8 +115,9 @@ def test_focused_fills_its_budget_from_the_archive_and_never_exceeds_it(client: 
     assert large_body["tokens"]["by_layer"]["memory"] > 3 * small_body["tokens"]["by_layer"]["memory"]
     capped = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 2000, "user_input": "painting",
                                        "messages": [], "archive_top_k": 2, "top_k": 0}).get_json()
-    # Two hits, each with at most its two neighbours.
-    assert 0 < sum(1 for s in capped["sources"] if s["layer"] == "memory" and s["kind"] == "turn") <= 2 * 3
+    # Two hits, each with at most NEIGHBOUR_SPAN neighbours on either side.
+    served = sum(1 for s in capped["sources"] if s["layer"] == "memory" and s["kind"] == "turn")
+    assert 0 < served <= 2 * (1 + 2 * NEIGHBOUR_SPAN)
 
 
 def test_a_turn_the_history_shows_is_not_repeated_from_memory(client: FlaskClient, ns: dict[str, str]) -> None:

@@ -1,0 +1,86 @@
+"""How focused recall packs archived messages: shared date headers, the budget-scaled score floor, ceilings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask.testing import FlaskClient
+
+from assembly.fit import Item, fit_text_items, layer_lines
+from assembly.layers import memory_items
+from assembly.recall import FLOOR_BUDGET, RELATIVE_FLOOR, relative_floor
+from bench import locomo, locomo_ceiling
+from common.models import Memory
+from tests.conftest import post
+from tests.test_bench_recall_smoke import SAMPLE
+from tests.test_retrieval_hybrid import FILLER, record
+from text.tokens import load_tokenizer
+
+
+def message(turn: int, content: str, date: str | None, name: str = "Ann") -> Memory:
+    meta = {"name": name, "role": "user", **({"date": date} if date else {})}
+    return Memory(id=f"m{turn}", kind="turn", content=content, importance=5, scope="session", agent_id="a",
+                  session_id="s", created_at=0, updated_at=0, version=1, turn_range=[turn, turn], meta=meta)
+
+
+def test_messages_of_one_day_share_one_header() -> None:
+    items = memory_items([message(3, "third", "8 May, 2023"), message(1, "first", "8 May, 2023"),
+                          message(9, "later", "20 May, 2023")], "en")
+    fitted = fit_text_items(items, 500, load_tokenizer())
+    lines = layer_lines(fitted.items)
+    assert lines[1:3] == ["Ann: first", "Ann: third"] and lines[4] == "Ann: later"
+    assert lines[0].startswith("[from memory") and lines[3].startswith("[from memory") and lines[0] != lines[3]
+
+
+def test_undated_messages_keep_their_own_tag() -> None:
+    items = memory_items([message(1, "first", None), message(2, "second", None)], "en")
+    assert all(not item.group for item in items)
+    assert all(item.variants[0].startswith("[from memory · turn") for item in items)
+
+
+def test_a_header_is_paid_once_and_the_budget_holds() -> None:
+    tokenizer = load_tokenizer()
+    header = "[from memory · 2023-05-08]"
+    items = [Item(key=str(i), variants=[f"Ann: line number {i}"], order=(i,), group=header) for i in range(40)]
+    budget = 120
+    fitted = fit_text_items(items, budget, tokenizer)
+    assert fitted.tokens <= budget
+    assert layer_lines(fitted.items).count(header) == 1
+    per_line = tokenizer.count("Ann: line number 10") + 1
+    # Without sharing, every line would also carry the header.
+    assert len(fitted.items) > (budget - 10) // (per_line + tokenizer.count(header) + 1)
+
+
+def test_the_score_floor_falls_as_the_budget_grows() -> None:
+    assert relative_floor(FLOOR_BUDGET // 2) == RELATIVE_FLOOR == relative_floor(FLOOR_BUDGET)
+    assert relative_floor(2 * FLOOR_BUDGET) < RELATIVE_FLOOR
+    assert relative_floor(4 * FLOOR_BUDGET) < relative_floor(2 * FLOOR_BUDGET)
+
+
+def test_locomo_stores_are_reused_once_ingested(tmp_path: Path) -> None:
+    conversation = locomo.parse(SAMPLE)
+    first, seconds = locomo.evaluate((conversation, [600], ["none"], "focused", tmp_path, False))
+    again, reused = locomo.evaluate((conversation, [600], ["none"], "focused", tmp_path, False))
+    assert reused == seconds  # the marker's figure: nothing was recorded twice
+    assert [o.recall for o in again[600]["ours (BM25)"]] == [o.recall for o in first[600]["ours (BM25)"]]
+
+
+def test_ceilings_count_packing_and_ranking(tmp_path: Path) -> None:
+    conversation = locomo.parse(SAMPLE)
+    counts = locomo_ceiling.measure(conversation, [30, 600], "none", tmp_path, load_tokenizer())
+    assert counts.questions == 3 and counts.evidence == 4
+    assert counts.packed[600] == 4 and counts.unfit_questions[600] == 0
+    assert counts.packed[30] < 4  # two evidence lines, their headers and the question need more than 30
+    assert counts.ranked["50"] <= counts.ranked["150"] <= counts.ranked["all"] <= 4
+    assert counts.ranked["all"] >= 2  # the bowl and the kitten are found by their words
+    text = locomo_ceiling.report(counts, [30, 600], "none")
+    assert "packing ceiling" in text and "| top all |" in text
+
+
+def test_the_message_two_after_a_hit_is_served(client: FlaskClient, ns: dict[str, str]) -> None:
+    record(client, ns, [("I saw a comet last night.", "Wow! What colour was it?", "4 May, 2023"),
+                        ("Bright green with a long tail.", "Beautiful.", "4 May, 2023"), *FILLER])
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 600,
+                                     "user_input": "Tell me about the comet", "messages": []}).get_json()
+    # The answer shares no word with the question: it is two messages after the line that matched.
+    assert "Ann: Bright green with a long tail." in body["memory_text"]
