@@ -97,10 +97,10 @@ class MemoryRepository:
         self._clock_lock = threading.Lock()
         self._last_ms: dict[tuple[str, str, str], int] = {}
         self._namespace_locks: dict[tuple[str, str], threading.RLock] = {}
-        # With a Lite file this process is the only writer, so reads that every assemble repeats are served
-        # from memory and kept current by the writes themselves (against a server, other processes write too:
-        # no caching there). Two such reads: the archived messages of recent sessions (neighbour expansion
-        # looks up turns by number) and views that only a supersede, an update or a delete can change.
+        # With a Lite file this process is the only writer, so reads that every turn repeats are served from
+        # memory and kept current by the writes themselves (against a server, other processes write too: no
+        # caching there): the archived messages of recent sessions (neighbour expansion looks up turns by
+        # number), views that only a supersede, an update or a delete can change, and parked batch indexes.
         self._exclusive = not getattr(store, "is_server", True)
         self._cache_lock = threading.Lock()
         self._archives: OrderedDict[tuple[str, str, str], dict[str, Memory]] = OrderedDict()
@@ -113,7 +113,7 @@ class MemoryRepository:
         self._epoch = 0
         self._agent_writes: dict[tuple[str, str], int] = {}
         self._shared_writes: dict[str, int] = {}
-        self._parked: OrderedDict[Hashable, tuple[int, Any]] = OrderedDict()
+        self._parked: OrderedDict[Hashable, tuple[Stamp, Any]] = OrderedDict()
 
     def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
@@ -271,7 +271,9 @@ class MemoryRepository:
                                   {"near": sorted(wanted)})))
             rows = self.store.query(self.spec.name, where, fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
             return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
-        return sorted((m for m in archive.values() if m.scope == "session" and not m.valid_to and m.turn_range
+        with self._cache_lock:  # a concurrent save may be adding to this session's archive
+            stored = list(archive.values())
+        return sorted((m for m in stored if m.scope == "session" and not m.valid_to and m.turn_range
                        and m.turn_range[0] in wanted), key=lambda m: (m.created_at, m.id))
 
     def absent_archive_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
@@ -281,7 +283,10 @@ class MemoryRepository:
         whose cost grows with the collection (a retried turn rewrites rows that may exist: those are upserted).
         """
         archive = self._session_archive(tenant, namespace) if self._exclusive else None
-        return set(ids) - archive.keys() if archive is not None else set()
+        if archive is None:
+            return set()
+        with self._cache_lock:
+            return set(ids) - archive.keys()
 
     def _session_archive(self, tenant: str, namespace: Namespace) -> dict[str, Memory] | None:
         key = (tenant, namespace.agent_id, namespace.session_id)
