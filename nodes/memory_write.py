@@ -28,8 +28,10 @@ from common.models import (
 from nodes.spec import Description, NodeSpec
 from storage.base import Filter
 from storage.memories import (
+    OUTPUT_FIELDS,
     MemoryRepository,
     Stamp,
+    from_record,
     kinds_filter,
     live_filter,
     new_memory_id,
@@ -198,6 +200,7 @@ class Pool:
         self.grams: dict[str, frozenset[str]] = {}
         self.postings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         self.pending: dict[str, Memory] = {}
+        self.stored: dict[str, Memory] = {}  # full rows as stored, when the pool loaded them
         self.new_ids: set[str] = set()
         for memory in loaded or []:
             self._index(memory)
@@ -213,10 +216,14 @@ class Pool:
             if isinstance(parked, Pool):
                 return parked
             stamp = memories.stamp(tenant, namespace.agent_id)
+            # Whole rows: a supersede or an update needs the full memory, and a lookup by id scans a large
+            # Lite collection (~150 ms at 100k rows).
             rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(live).and_(
-                kinds_filter(None, exclude_turns=True)), fields=KNOWN_FIELDS, limit=POOL_LIMIT + 1)
+                kinds_filter(None, exclude_turns=True)), fields=OUTPUT_FIELDS, limit=POOL_LIMIT + 1)
             if len(rows) <= POOL_LIMIT:
-                return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
+                pool = cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
+                pool.stored = {row["id"]: from_record(row) for row in rows}
+                return pool
         where = live.and_(kinds_filter(kinds, exclude_turns=False))
         rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
                                     limit=POOL_LIMIT + 1) if items else []
@@ -226,6 +233,8 @@ class Pool:
         """Return the complete memory (as this batch left it, else as stored)."""
         if memory_id in self.pending:
             return self.pending[memory_id]
+        if memory_id in self.stored:
+            return self.stored[memory_id]
         memory = self.memories.get(self.tenant, memory_id)
         if memory is None:
             raise ConflictError(f"memory {memory_id} vanished while writing; retry")
@@ -275,6 +284,8 @@ class Pool:
         if self.pending:
             written = list(self.pending.values())
             self.memories.save(self.tenant, written, new_ids=self.new_ids)
+            if self.stamp is not None:  # a parkable pool keeps what it wrote as the stored rows
+                self.stored.update(self.pending)
             self.pending, self.new_ids = {}, set()
             if self.stamp is not None and self.namespace is not None:
                 # This write is reflected here (the counters move as the repository moves them); any other
