@@ -25,7 +25,10 @@ OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
 NO_TURN = -1
 # The store's query window: a session archive larger than this is read from the store each time.
 QUERY_WINDOW = 16384
+# Session archives kept in memory: at most this many sessions, and about this many archived messages in all
+# (the most recently used sessions stay).
 CACHED_ARCHIVES = 256
+CACHED_ARCHIVE_ROWS = 200_000
 CACHED_VIEWS = 1024
 CACHED_POOLS = 64
 T = TypeVar("T")
@@ -304,7 +307,8 @@ class MemoryRepository:
         with self._cache_lock:
             if epoch == self._archive_epoch:  # no archive write raced the read
                 self._archives[key] = archive
-                while len(self._archives) > CACHED_ARCHIVES:
+                while len(self._archives) > 1 and (len(self._archives) > CACHED_ARCHIVES or sum(
+                        len(kept) for kept in self._archives.values()) > CACHED_ARCHIVE_ROWS):
                     self._archives.popitem(last=False)
         return archive
 
