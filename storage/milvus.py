@@ -139,25 +139,22 @@ class MilvusStore(MemoryStore):
     # -- writes ----------------------------------------------------------------------------
 
     def upsert(self, collection: str, records: list[Record]) -> None:
-        if not records:
-            return
-        with self._write_lock:
-            self._call(lambda c: c.upsert(collection, records))
-            self._after_write(collection, len(records))
+        if records:
+            self._write(collection, len(records), lambda c: c.upsert(collection, records))
 
     def insert(self, collection: str, records: list[Record]) -> None:
         # Upsert looks every primary key up first; rows with fresh ids skip that (~6× faster on Lite
         # once a collection holds a few thousand rows).
-        if not records:
-            return
-        with self._write_lock:
-            self._call(lambda c: c.insert(collection, records))
-            self._after_write(collection, len(records))
+        if records:
+            self._write(collection, len(records), lambda c: c.insert(collection, records))
 
     def delete(self, collection: str, where: Filter) -> None:
+        self._write(collection, 1, lambda c: c.delete(collection, **self._filter_kwargs(where)))
+
+    def _write(self, collection: str, count: int, operation: Callable[[MilvusClient], object]) -> None:
         with self._write_lock:
-            self._call(lambda c: c.delete(collection, **self._filter_kwargs(where)))
-            self._after_write(collection, 1)
+            self._call(operation)
+            self._after_write(collection, count)
 
     def flush(self) -> None:
         with self._write_lock:
