@@ -227,7 +227,7 @@ class Pool:
         where = live.and_(kinds_filter(kinds, exclude_turns=False))
         rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
                                     limit=POOL_LIMIT + 1) if items else []
-        return cls(memories, tenant, [known(row) for row in rows] if len(rows) <= POOL_LIMIT else None)
+        return cls(memories, tenant, [known(row) for row in rows] if len(rows) <= POOL_LIMIT else None, namespace)
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -252,7 +252,8 @@ class Pool:
         target = shingles(item.content)
         if not self.exhaustive:
             found = [known(s.memory) for s in self.memories.search(self.tenant, item.content, self._own(item),
-                                                                    limit=DEDUPE_CANDIDATES)]
+                                                                    limit=DEDUPE_CANDIDATES,
+                                                                    agent_id=self._namespace().agent_id)]
             scored = [(shingle_similarity(shingles(m.content), target), m) for m in found]
             return max(scored, key=lambda pair: pair[0], default=None)
         overlap: Counter[str] = Counter()
@@ -312,9 +313,16 @@ class Pool:
             for gram in self.grams.pop(memory_id):
                 self.postings[(old.scope, old.kind, gram)].discard(memory_id)
 
-    @staticmethod
-    def _own(item: MemoryItem) -> Filter:
-        return kinds_filter([item.kind], exclude_turns=False).and_(Filter("scope == {own}", {"own": item.scope}))
+    def _namespace(self) -> Namespace:
+        if self.namespace is None:
+            raise RuntimeError("a pool that searches the store needs its namespace")
+        return self.namespace
+
+    def _own(self, item: MemoryItem) -> Filter:
+        """Return the filter of the live memories this item can collide with: its kind, in its scope of this
+        namespace (another agent's or session's memories never count as duplicates)."""
+        return (scope_filter(self._namespace(), [item.scope]).and_(live_filter(False))
+                .and_(kinds_filter([item.kind], exclude_turns=False)))
 
 
 def write_item(pool: Pool, namespace: Namespace, item: MemoryItem, threshold: float) -> WriteResult:

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 from common.models import Memory, Namespace
 from providers.embedders import Embedder
-from storage.base import CollectionSpec, Filter, MemoryStore, Record
+from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from storage.local_index import LocalIndex
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
 MEMORY_FIELDS = {
@@ -31,6 +32,10 @@ CACHED_ARCHIVES = 256
 CACHED_ARCHIVE_ROWS = 200_000
 CACHED_VIEWS = 1024
 CACHED_POOLS = 64
+# Agents whose rows (with the tenant's shared ones) are searched in memory: at most this many, and about this
+# many rows in all. An agent with more rows than the store's query window is searched in the store.
+CACHED_INDEXES = 256
+CACHED_INDEX_ROWS = 100_000
 T = TypeVar("T")
 Stamp = tuple[int, int, int]
 
@@ -117,6 +122,11 @@ class MemoryRepository:
         self._agent_writes: dict[tuple[str, str], int] = {}
         self._shared_writes: dict[str, int] = {}
         self._parked: OrderedDict[Hashable, tuple[Stamp, Any]] = OrderedDict()
+        # Search indexes per (tenant, agent): the agent's rows and the tenant's shared rows. Writes that land
+        # while one loads are queued in _loading and replayed onto it (a write is idempotent by id).
+        self._indexes: OrderedDict[tuple[str, str], LocalIndex] = OrderedDict()
+        self._loading: dict[tuple[str, str], list[tuple[Memory, Record]]] = {}
+        self._oversized: set[tuple[str, str]] = set()
 
     def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
@@ -163,7 +173,7 @@ class MemoryRepository:
         except BaseException:
             self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
             raise
-        self._after_save(tenant, memories, fresh)
+        self._after_save(tenant, memories, records, fresh)
 
     def delete_ids(self, tenant: str, ids: list[str]) -> None:
         """Delete memories by id within a tenant."""
@@ -182,11 +192,12 @@ class MemoryRepository:
 
     # -- what this process keeps in memory (Lite only) -------------------------------------
 
-    def _after_save(self, tenant: str, memories: list[Memory], fresh: set[str]) -> None:
+    def _after_save(self, tenant: str, memories: list[Memory], records: list[Record], fresh: set[str]) -> None:
         """Bring the caches up to date with a batch that landed."""
         if not self._exclusive:
             return
         with self._cache_lock:
+            self._index_saved(tenant, memories, records)
             if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
                 self._revision += 1
             counted = [m for m in memories if m.kind != "turn"]
@@ -202,8 +213,26 @@ class MemoryRepository:
                 if archive is not None:
                     archive[memory.id] = memory
 
+    def _index_saved(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
+        """Put saved rows into the indexes (and queues of indexes loading) of their agent, or all if shared."""
+        for key in (*self._indexes, *self._loading):
+            if key[0] != tenant:
+                continue
+            mine = [(m, r) for m, r in zip(memories, records, strict=True)
+                    if m.agent_id == key[1] or m.scope == "shared"]
+            if not mine:
+                continue
+            index = self._indexes.get(key)
+            if index is not None:
+                for memory, record in mine:
+                    index.put(memory, record)
+            if key in self._loading:
+                self._loading[key].extend(mine)
+
     def _forget_all(self) -> None:
         with self._cache_lock:
+            self._indexes.clear()
+            self._oversized.clear()
             self._archives.clear()
             self._views.clear()
             self._parked.clear()
@@ -344,31 +373,86 @@ class MemoryRepository:
         return len(self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=["id"], limit=16384))
 
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
-               text_query: str | None = None) -> list[Scored]:
+               text_query: str | None = None, agent_id: str | None = None) -> list[Scored]:
         """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
 
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
+        With `agent_id`, only that agent's rows and the tenant's shared rows are searched; with a Lite file
+        they are then searched in memory (storage/local_index.py).
         """
         flt = tenant_filter(tenant).and_(where)
+        if agent_id is not None:
+            flt = flt.and_(Filter('agent_id == {group_agent} or scope == "shared"', {"group_agent": agent_id}))
         if not query.strip():
             return []
+        index = self._local_index(tenant, agent_id) if agent_id is not None and self._exclusive else None
+        vector = self.embedder.embed(query) if self.embedder else None
+        if index is not None:
+            text_hits = index.search_text(text_query or query, flt, limit)
+            dense_hits = index.search_dense(vector, flt, dense_limit or limit) if vector is not None else []
+        else:
+            text_hits = self._store_hits(self.store.search_text(
+                self.spec.name, text_query or query, limit=limit, where=flt, fields=OUTPUT_FIELDS))
+            dense_hits = self._store_hits(self.store.search_dense(
+                self.spec.name, vector, limit=dense_limit or limit, where=flt,
+                fields=OUTPUT_FIELDS)) if vector is not None else []
         found: dict[str, Scored] = {}
-        hits = self.store.search_text(self.spec.name, text_query or query, limit=limit, where=flt,
-                                      fields=OUTPUT_FIELDS)
-        for position, hit in enumerate(hits, start=1):
-            found[hit.id] = Scored(from_record({"id": hit.id, **hit.record}), bm25=hit.score,
-                                   bm25_rank=position if hit.score > 0 else None)
-        if self.embedder:
-            vector = self.embedder.embed(query)
-            dense_hits = self.store.search_dense(self.spec.name, vector, limit=dense_limit or limit, where=flt,
-                                                 fields=OUTPUT_FIELDS)
-            for position, hit in enumerate(dense_hits, start=1):
-                previous = found.get(hit.id)
-                memory = previous.memory if previous else from_record({"id": hit.id, **hit.record})
-                found[hit.id] = Scored(memory, bm25=previous.bm25 if previous else 0.0, dense=hit.score,
-                                       bm25_rank=previous.bm25_rank if previous else None, dense_rank=position)
+        for position, (memory, score) in enumerate(text_hits, start=1):
+            found[memory.id] = Scored(memory, bm25=score, bm25_rank=position if score > 0 else None)
+        for position, (memory, score) in enumerate(dense_hits, start=1):
+            previous = found.get(memory.id)
+            found[memory.id] = Scored(previous.memory if previous else memory, bm25=previous.bm25 if previous else 0.0,
+                                      dense=score, bm25_rank=previous.bm25_rank if previous else None,
+                                      dense_rank=position)
         return list(found.values())
+
+    @staticmethod
+    def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:
+        return [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in hits]
+
+    def _local_index(self, tenant: str, agent_id: str) -> LocalIndex | None:
+        """Return the in-memory index of an agent's and the shared rows, loading it on first use (Lite only).
+
+        None when the agent has more rows than one store query returns, or when another thread is loading it.
+        """
+        key = (tenant, agent_id)
+        with self._cache_lock:
+            index = self._indexes.get(key)
+            if index is not None:
+                self._indexes.move_to_end(key)
+                return index
+            if key in self._oversized or key in self._loading:
+                return None
+            self._loading[key] = []
+            epoch = self._epoch
+        try:
+            fields = OUTPUT_FIELDS + (["dense"] if self.embedder else [])
+            rows = self.store.query(self.spec.name, Filter('tenant == {it} and (agent_id == {ia} or scope == "shared")',
+                                                           {"it": tenant, "ia": agent_id}),
+                                    fields=fields, limit=QUERY_WINDOW)
+            index = LocalIndex(self.spec.dense_dim)
+            if len(rows) < QUERY_WINDOW:
+                for row in rows:
+                    index.put(from_record(row), row)
+        except BaseException:
+            with self._cache_lock:
+                self._loading.pop(key, None)
+            raise
+        with self._cache_lock:  # the queue is replayed and the index installed with no write in between
+            queued = self._loading.pop(key, [])
+            if len(rows) >= QUERY_WINDOW:
+                self._oversized.add(key)
+                return None
+            if epoch != self._epoch:  # a delete or a failed write raced the load
+                return None
+            for memory, record in queued:
+                index.put(memory, record)
+            self._indexes[key] = index
+            while len(self._indexes) > 1 and (len(self._indexes) > CACHED_INDEXES or sum(
+                    len(kept) for kept in self._indexes.values()) > CACHED_INDEX_ROWS):
+                self._indexes.popitem(last=False)
+        return index
 
 
 def tenant_filter(tenant: str) -> Filter:

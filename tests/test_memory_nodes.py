@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import assert_error, post
@@ -168,3 +169,33 @@ def test_empty_and_oversized_memories_are_422_and_store_nothing(client: FlaskCli
     assert_error(post(client, "memory_write", {**ns}), 422, "validation_error")
     listing = client.get("/v1/memories", query_string={"agent_id": ns["agent_id"]}).get_json()
     assert listing["memories"] == []
+
+
+def test_dedup_in_a_namespace_too_large_to_load_stays_inside_the_namespace(fresh_app: Flask) -> None:
+    # Past POOL_LIMIT live memories an agent's batch writes search the store for duplicates instead of
+    # loading them all. That search must stay within the namespace: another agent's identical fact is not a
+    # duplicate, the agent's own is, and a key still supersedes.
+    from common.auth import DEFAULT_TENANT
+    from common.models import Memory
+    from nodes.memory_write import POOL_LIMIT
+    from storage.memories import new_memory_id
+
+    client = fresh_app.test_client()
+    big, other = {"agent_id": "big", "session_id": "s1"}, {"agent_id": "someone-else", "session_id": "s1"}
+    filler = [Memory(id=new_memory_id(), kind="fact", content=f"第{i}条背景资料：编号{i * 7919}", scope="session",
+                     agent_id="big", session_id="s1", created_at=i + 1, updated_at=i + 1, version=1, importance=5.0)
+              for i in range(POOL_LIMIT + 1)]
+    fresh_app.extensions["acn"].memories.save(DEFAULT_TENANT, filler)
+    text = "客户的发票抬头是星辰科技有限公司"
+    assert post(client, "memory_write", {**other, "items": [{"kind": "fact", "content": text}]}).get_json()[
+        "results"][0]["action"] == "added"
+    first = post(client, "memory_write", {**big, "items": [{"kind": "fact", "content": text}]}).get_json()
+    assert first["results"][0]["action"] == "added"
+    again = post(client, "memory_write", {**big, "items": [{"kind": "fact", "content": text}]}).get_json()
+    assert again["results"][0]["action"] == "duplicate"
+    assert again["results"][0]["id"] == first["results"][0]["id"]
+    old = post(client, "memory_write", {**big, "items": [{"kind": "decision", "content": "超时设为30秒",
+                                                          "key": "超时"}]}).get_json()["results"][0]
+    new = post(client, "memory_write", {**big, "items": [{"kind": "decision", "content": "超时改为45秒",
+                                                          "key": "超时"}]}).get_json()["results"][0]
+    assert new["action"] == "superseded" and new["superseded_ids"] == [old["id"]]

@@ -1,0 +1,176 @@
+"""An in-process search index over one agent's memories, for a store this process alone writes (Lite).
+
+Why: a Milvus Lite search costs 2-4 ms on a small collection and grows with the whole collection (7-10 ms at
+10k rows, ~110 ms at 100k) however few rows the filter leaves, and every assemble and retrieve makes one. An
+agent reads only its own rows and the tenant's shared ones: a few hundred to a few thousand. Held in memory,
+they are ranked in well under a millisecond.
+
+What it must match: the store's ranking. BM25 here is the store's (Milvus BM25: k1 1.2, b 0.75,
+idf = ln(1 + (N - df + 0.5) / (df + 0.5)), a query token counted each time it occurs) over the store's
+analyzer (text.terms.bm25_tokens); dense similarity is cosine, searched exhaustively as Lite does. Statistics
+(N, df, average length) are the group's rather than the whole collection's, so scores differ from Lite's by
+a factor per term; tests/test_local_index.py measures how often the top hits differ.
+Filters are the store's own Filter objects, evaluated by storage.predicate, so both paths select the same rows.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from common.models import Memory
+from storage.base import Filter, Record
+from storage.predicate import predicate
+from text.terms import bm25_tokens
+
+K1 = 1.2
+B = 0.75
+# Filters whose matching rows are kept as a bit mask (one per namespace and kind set a caller asks with).
+CACHED_MASKS = 32
+
+
+@dataclass(frozen=True)
+class _Doc:
+    memory: Memory
+    row: Record  # the scalar fields filters read
+    terms: Counter[str]
+    length: int
+
+
+class LocalIndex:
+    """BM25 and cosine search over a set of stored rows, kept current by `put` (thread-safe)."""
+
+    def __init__(self, dim: int) -> None:
+        self._lock = threading.Lock()
+        self._dim = dim
+        self._slots: dict[str, int] = {}
+        self._docs: list[_Doc] = []
+        self._postings: dict[str, dict[int, int]] = {}
+        self._total_length = 0
+        self._vectors = np.zeros((0, dim), dtype=np.float32)
+        # Slots written since the index was built, in order: a cached mask re-reads only those.
+        self._changes: list[int] = []
+        self._masks: dict[Hashable, tuple[int, bytearray]] = {}
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def put(self, memory: Memory, record: Record) -> None:
+        """Add a row or replace the row with the same id (record: the store row; `dense` if configured)."""
+        terms = Counter(bm25_tokens(memory.content))
+        doc = _Doc(memory, stored_row(record), terms, sum(terms.values()))
+        vector = _unit(record.get("dense"), self._dim)
+        with self._lock:
+            slot = self._slots.get(memory.id)
+            if slot is None:
+                slot = len(self._docs)
+                self._slots[memory.id] = slot
+                self._docs.append(doc)
+            else:
+                self._unpost(slot)
+                self._docs[slot] = doc
+            for term, count in terms.items():
+                self._postings.setdefault(term, {})[slot] = count
+            self._total_length += doc.length
+            if self._dim:
+                if slot >= len(self._vectors):
+                    grown = np.zeros((max(64, 2 * len(self._vectors)), self._dim), dtype=np.float32)
+                    grown[: len(self._vectors)] = self._vectors
+                    self._vectors = grown
+                self._vectors[slot] = vector
+            self._changes.append(slot)
+            if len(self._changes) > 4 * len(self._docs) + 1024:  # masks rebuild from scratch; the log restarts
+                self._changes.clear()
+                self._masks.clear()
+
+    def search_text(self, text: str, where: Filter, limit: int) -> list[tuple[Memory, float]]:
+        """Return up to `limit` rows matching the filter, by BM25 score for the text (only rows scoring > 0)."""
+        query = Counter(bm25_tokens(text))
+        with self._lock:
+            if not query or not self._docs:
+                return []
+            mask = self._mask(where)
+            count, average = len(self._docs), self._total_length / len(self._docs) or 1.0
+            docs, scores = self._docs, dict[int, float]()
+            for term, repeats in query.items():
+                posting = self._postings.get(term)
+                if not posting:
+                    continue
+                idf = repeats * math.log(1 + (count - len(posting) + 0.5) / (len(posting) + 0.5))
+                for slot, tf in posting.items():
+                    if mask[slot]:
+                        norm = K1 * (1 - B + B * docs[slot].length / average)
+                        scores[slot] = scores.get(slot, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
+            best = heapq.nlargest(limit, scores.items(), key=itemgetter(1))
+            return [(docs[slot].memory, score) for slot, score in best]
+
+    def search_dense(self, vector: list[float], where: Filter, limit: int) -> list[tuple[Memory, float]]:
+        """Return up to `limit` rows matching the filter, by cosine similarity to the vector."""
+        query = _unit(vector, self._dim)
+        with self._lock:
+            if not self._dim or not self._docs:
+                return []
+            mask = np.frombuffer(self._mask(where), dtype=np.uint8).astype(bool)
+            allowed = np.flatnonzero(mask)
+            if not len(allowed):
+                return []
+            scores = self._vectors[allowed] @ query
+            top = np.argsort(-scores, kind="stable")[:limit] if len(allowed) <= limit else \
+                np.argpartition(-scores, limit - 1)[:limit]
+            top = top[np.argsort(-scores[top], kind="stable")]
+            return [(self._docs[int(allowed[i])].memory, float(scores[i])) for i in top]
+
+    def _mask(self, where: Filter) -> bytearray:
+        """Return one byte per slot, 1 where the row matches (called with the lock held)."""
+        key = where.cache_key()
+        cached = self._masks.get(key)
+        if cached is not None and cached[0] == len(self._changes):
+            return cached[1]
+        matches = predicate(where)
+        if cached is None:
+            mask = bytearray(matches(doc.row) for doc in self._docs)
+        else:
+            seen, mask = cached
+            mask.extend(bytes(len(self._docs) - len(mask)))
+            for slot in self._changes[seen:]:
+                mask[slot] = matches(self._docs[slot].row)
+        if key not in self._masks and len(self._masks) >= CACHED_MASKS:
+            self._masks.pop(next(iter(self._masks)))
+        self._masks[key] = (len(self._changes), mask)
+        return mask
+
+    def _unpost(self, slot: int) -> None:
+        old = self._docs[slot]
+        for term in old.terms:
+            posting = self._postings.get(term)
+            if posting is not None:
+                posting.pop(slot, None)
+                if not posting:
+                    del self._postings[term]
+        self._total_length -= old.length
+
+
+def stored_row(record: Record) -> Record:
+    """Return the scalar fields of a row as the store holds them, for filters to read.
+
+    A FLOAT field is float32 in the store: 0.3 is stored as 0.30000001192..., so `importance <= 0.3` does not
+    match it there and must not here either.
+    """
+    return {key: float(np.float32(value)) if isinstance(value, float) else value
+            for key, value in record.items() if key not in ("content", "doc", "dense")}
+
+
+def _unit(vector: Any, dim: int) -> np.ndarray:
+    if not dim:
+        return np.zeros(0, dtype=np.float32)
+    array = np.zeros(dim, dtype=np.float32) if vector is None else np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(array))
+    return array / norm if norm else array

@@ -1,0 +1,185 @@
+"""A Filter evaluated in Python against a stored row, for what this process serves from memory.
+
+The in-process index (storage/local_index.py) must select exactly the rows the store would. It evaluates the
+same Filter the store gets, so the two paths cannot drift apart. The grammar is the part of Milvus's boolean
+expressions the repositories write: comparisons of a field with a literal or a {placeholder} (== != < <= > >=),
+`in` / `not in` a list, `and`, `or`, `not` and parentheses. Anything else raises UnsupportedFilter and the
+caller asks the store instead.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from storage.base import Filter, Record
+
+Predicate = Callable[[Record], bool]
+# A compiled template: given the filter's parameters, the predicate over a row.
+Compiled = Callable[[dict[str, Any]], Predicate]
+
+_TOKEN = re.compile(r"""\s*(?:
+    (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<number>-?\d+(?:\.\d+)?)
+  | (?P<placeholder>\{[A-Za-z_][A-Za-z0-9_]*\})
+  | (?P<op>==|!=|<=|>=|<|>|\(|\)|\[|\]|,)
+  | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
+)""", re.VERBOSE)
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+_KEYWORDS = {"and", "or", "not", "in", "true", "false"}
+
+
+class UnsupportedFilter(ValueError):
+    """The filter uses syntax this evaluator does not know: ask the store."""
+
+
+def predicate(where: Filter) -> Predicate:
+    """Return a function telling whether a row matches the filter (an empty filter matches every row)."""
+    return _compile(where.template)(where.params)
+
+
+@lru_cache(maxsize=512)
+def _compile(template: str) -> Compiled:
+    tokens = _tokens(template)
+    if not tokens:
+        return lambda params: lambda row: True
+    parser = _Parser(tokens)
+    compiled = parser.expression()
+    if parser.position != len(tokens):
+        raise UnsupportedFilter(f"unexpected {tokens[parser.position][1]!r} in filter")
+    return compiled
+
+
+def _tokens(template: str) -> list[tuple[str, str]]:
+    tokens, position, end = [], 0, len(template.rstrip())
+    while position < end:
+        match = _TOKEN.match(template, position)
+        if not match or match.end() == position:
+            raise UnsupportedFilter(f"cannot read filter at {template[position:position + 20]!r}")
+        kind = match.lastgroup or ""
+        tokens.append((kind, match.group(kind)))
+        position = match.end()
+    return tokens
+
+
+class _Parser:
+    """Recursive descent over the tokens; every rule returns a Compiled."""
+
+    def __init__(self, tokens: list[tuple[str, str]]) -> None:
+        self.tokens = tokens
+        self.position = 0
+
+    def peek(self) -> tuple[str, str]:
+        return self.tokens[self.position] if self.position < len(self.tokens) else ("end", "")
+
+    def take(self, text: str | None = None) -> tuple[str, str]:
+        token = self.peek()
+        if token[0] == "end" or (text is not None and token[1] != text):
+            raise UnsupportedFilter(f"expected {text or 'more'} in filter, found {token[1]!r}")
+        self.position += 1
+        return token
+
+    def expression(self) -> Compiled:
+        parts = [self.conjunction()]
+        while self.peek() == ("word", "or"):
+            self.take()
+            parts.append(self.conjunction())
+        if len(parts) == 1:
+            return parts[0]
+        return lambda params: _any([part(params) for part in parts])
+
+    def conjunction(self) -> Compiled:
+        parts = [self.negation()]
+        while self.peek() == ("word", "and"):
+            self.take()
+            parts.append(self.negation())
+        if len(parts) == 1:
+            return parts[0]
+        return lambda params: _all([part(params) for part in parts])
+
+    def negation(self) -> Compiled:
+        if self.peek() == ("word", "not"):
+            self.take()
+            inner = self.negation()
+            return lambda params: _not(inner(params))
+        if self.peek() == ("op", "("):
+            self.take()
+            inner = self.expression()
+            self.take(")")
+            return inner
+        return self.comparison()
+
+    def comparison(self) -> Compiled:
+        kind, field = self.take()
+        if kind != "word" or field in _KEYWORDS:
+            raise UnsupportedFilter(f"expected a field name in filter, found {field!r}")
+        kind, text = self.take()
+        if kind == "word" and text == "not":
+            self.take("in")
+            value = self.value()
+            return lambda params: _member(field, value(params), negated=True)
+        if kind == "word" and text == "in":
+            value = self.value()
+            return lambda params: _member(field, value(params), negated=False)
+        compare = _COMPARE.get(text) if kind == "op" else None
+        if compare is None:
+            raise UnsupportedFilter(f"unsupported operator {text!r} in filter")
+        value = self.value()
+        return lambda params: _compare(field, compare, value(params))
+
+    def value(self) -> Callable[[dict[str, Any]], Any]:
+        kind, text = self.take()
+        if kind == "placeholder":
+            name = text[1:-1]
+            return lambda params: params[name]
+        if kind == "op" and text == "[":
+            items = []
+            while self.peek() != ("op", "]"):
+                items.append(self.value())
+                if self.peek() == ("op", ","):
+                    self.take()
+            self.take("]")
+            return lambda params: [item(params) for item in items]
+        constant = _literal(kind, text)
+        return lambda params: constant
+
+
+def _literal(kind: str, text: str) -> Any:
+    if kind == "string":
+        return json.loads(text)
+    if kind == "number":
+        return float(text) if "." in text else int(text)
+    if kind == "word" and text in ("true", "false"):
+        return text == "true"
+    raise UnsupportedFilter(f"expected a value in filter, found {text!r}")
+
+
+def _compare(field: str, compare: Callable[[Any, Any], bool], value: Any) -> Predicate:
+    return lambda row: compare(row.get(field), value)
+
+
+def _member(field: str, values: Any, *, negated: bool) -> Predicate:
+    if not isinstance(values, list | tuple | set | frozenset):
+        raise UnsupportedFilter(f"`in` needs a list, got {type(values).__name__}")
+    allowed = frozenset(values)
+    if negated:
+        return lambda row: row.get(field) not in allowed
+    return lambda row: row.get(field) in allowed
+
+
+def _all(parts: list[Predicate]) -> Predicate:
+    return lambda row: all(part(row) for part in parts)
+
+
+def _any(parts: list[Predicate]) -> Predicate:
+    return lambda row: any(part(row) for part in parts)
+
+
+def _not(part: Predicate) -> Predicate:
+    return lambda row: not part(row)

@@ -1,0 +1,244 @@
+"""The in-process search index selects the rows the store selects, ranks them as the store does, and
+follows every write.
+
+With a Lite file this process searches an agent's rows in memory (storage/local_index.py) instead of asking
+Milvus Lite. These tests hold it to the store: the same filters select the same rows (checked against real
+Lite queries), BM25 puts the same rows on top (checked against real Lite searches), and a write, supersede or
+delete through any path shows in the next search.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from bench.seed_suite import generate
+from common.auth import DEFAULT_TENANT
+from common.models import Memory, Namespace
+from storage.base import CollectionSpec, Filter
+from storage.local_index import LocalIndex, stored_row
+from storage.memories import (
+    MemoryRepository,
+    kinds_filter,
+    live_filter,
+    memory_spec,
+    new_memory_id,
+    scope_filter,
+    to_record,
+)
+from storage.milvus import MilvusStore
+from storage.predicate import UnsupportedFilter, predicate
+from tests.conftest import make_settings, post
+
+AGENTS = ("a1", "a2", "a3")
+KINDS = ("turn", "fact", "decision", "preference")
+
+
+def random_memory(rng: random.Random, index: int) -> Memory:
+    agent = rng.choice(AGENTS)
+    return Memory(id=f"m{index:04d}", kind=rng.choice(KINDS), content=f"记录 {index} 内容 row {index}",
+                  scope=rng.choice(("session", "user", "agent", "shared")), agent_id=agent,
+                  session_id=rng.choice(("s1", "s2")), user_id=rng.choice((None, "u1", "u2")),
+                  created_at=index, updated_at=index, version=1, importance=rng.choice((0.3, 5.0, 9.0)),
+                  valid_to=rng.choice((None, None, 77)), turn_range=[index % 7, index % 7])
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A Lite collection of memories of three agents, every scope and kind, some superseded."""
+    store = MilvusStore(str(tmp_path_factory.mktemp("predicate") / "p.db")).open()
+    spec = memory_spec("pred", 0)
+    store.ensure(spec)
+    rng = random.Random(5)
+    records = [to_record(random_memory(rng, i), "t1" if i % 5 else "t2", None) for i in range(300)]
+    store.insert(spec.name, records)
+    store.flush()
+    yield store, spec, records
+    store.close()
+
+
+def filters() -> list[Filter]:
+    """The filters the repositories build, over several namespaces, plus each operator the grammar has."""
+    found = []
+    for agent in AGENTS:
+        for session, user in (("s1", None), ("s2", "u1")):
+            namespace = Namespace(agent_id=agent, session_id=session, user_id=user)
+            for scopes in (None, ["session"], ["agent", "shared"]):
+                for include_superseded in (False, True):
+                    found.append(Filter("tenant == {tenant}", {"tenant": "t1"})
+                                 .and_(scope_filter(namespace, scopes)).and_(live_filter(include_superseded))
+                                 .and_(kinds_filter(None, exclude_turns=True)))
+            found.append(scope_filter(namespace).and_(kinds_filter(["turn", "fact"], exclude_turns=False)))
+    found += [Filter("importance >= 5 and not (kind in {k})", {"k": ["turn"]}),
+              Filter('turn_from in [1, 3] and kind != "fact"'), Filter("created_at < 40 or created_at > 290"),
+              Filter("user_id not in {u}", {"u": ["u1"]}), Filter("valid_to == 0 and importance <= 0.3"),
+              Filter("")]
+    return found
+
+
+def test_filters_select_the_rows_the_store_selects(seeded: Any) -> None:
+    store, spec, records = seeded
+    for where in filters():
+        stored = {row["id"] for row in store.query(spec.name, where, fields=["id"], limit=1000)}
+        matches = predicate(where)
+        assert {r["id"] for r in records if matches(stored_row(r))} == stored, where.template
+
+
+@pytest.mark.parametrize("template", ['content like "退%"', "json_contains(doc, 1)", "agent_id ==",
+                                      "agent_id == {a} and", "(kind == \"x\"", "kind = 1", "kind in 3"])
+def test_syntax_outside_the_grammar_is_refused(template: str) -> None:
+    with pytest.raises(UnsupportedFilter):
+        predicate(Filter(template, {"a": "x"}))(to_record(random_memory(random.Random(1), 1), "t1", None))
+
+
+def index_of(texts: list[str]) -> tuple[LocalIndex, list[dict[str, Any]]]:
+    index, rows = LocalIndex(0), []
+    for i, text in enumerate(texts):
+        memory = Memory(id=f"d{i}", kind="turn", content=text, scope="session", agent_id="a", session_id="s",
+                        created_at=i, updated_at=i, version=1, importance=1.0)
+        row = {"id": memory.id, "content": text, "kind": "turn"}
+        index.put(memory, row)
+        rows.append(row)
+    return index, rows
+
+
+def test_bm25_ranks_as_the_store_does(tmp_path: Path) -> None:
+    # Chinese sessions of the seed suite (with their tool JSON) and their questions: the best hit is the
+    # store's best hit, and the top 10 are the store's top 10 (statistics are the same when one group fills
+    # the collection; only ties may order differently).
+    sessions = generate(4, 2)
+    texts = [m["content"] for s in sessions for turn in s.turns for m in turn if m.get("content")]
+    questions = [p.question for s in sessions for p in s.probes] + ["超时", "订单号是多少", "VIP-20391 的会员"]
+    store = MilvusStore(str(tmp_path / "rank.db")).open()
+    try:
+        store.ensure(CollectionSpec(name="r", scalar_fields={"kind": "varchar"}, text_field="content"))
+        index, rows = index_of(texts)
+        store.insert("r", rows)
+        store.flush()
+        where = Filter('kind == "turn"')
+        agree = overlap = 0.0
+        for question in questions:
+            lite = [h.id for h in store.search_text("r", question, limit=10, where=where, fields=["id"]) if h.score > 0]
+            mine = [m.id for m, _ in index.search_text(question, where, 10)]
+            assert len(mine) == len(lite), question
+            agree += bool(lite) and lite[0] == mine[0]
+            overlap += len(set(lite) & set(mine)) / max(1, len(lite))
+        assert agree / len(questions) >= 0.9
+        assert overlap / len(questions) >= 0.9
+    finally:
+        store.close()
+
+
+def test_dense_search_is_cosine_over_the_filtered_rows() -> None:
+    index = LocalIndex(3)
+    for i, (vector, kind) in enumerate([([1, 0, 0], "fact"), ([0.9, 0.1, 0], "turn"), ([0, 1, 0], "fact"),
+                                        ([-1, 0, 0], "fact")]):
+        memory = Memory(id=f"v{i}", kind=kind, content=f"v{i}", scope="session", agent_id="a", session_id="s",
+                        created_at=i, updated_at=i, version=1, importance=1.0)
+        index.put(memory, {"id": memory.id, "kind": kind, "dense": vector})
+    hits = index.search_dense([2, 0, 0], Filter('kind == "fact"'), 2)
+    assert [(m.id, round(score, 3)) for m, score in hits] == [("v0", 1.0), ("v2", 0.0)]
+    index.put(Memory(id="v2", kind="fact", content="v2", scope="session", agent_id="a", session_id="s",
+                     created_at=2, updated_at=3, version=2, importance=1.0), {"id": "v2", "kind": "fact",
+                                                                                 "dense": [1, 1, 0]})
+    assert [m.id for m, _ in index.search_dense([2, 0, 0], Filter('kind == "fact"'), 3)] == ["v0", "v2", "v3"]
+
+
+def fact(namespace: Namespace, text: str, *, scope: str = "session", **extra: Any) -> Memory:
+    return Memory(id=new_memory_id(), kind="fact", content=text, scope=scope, agent_id=namespace.agent_id,
+                  session_id=namespace.session_id, created_at=1, updated_at=1, version=1, importance=5.0, **extra)
+
+
+def found(memories: MemoryRepository, namespace: Namespace, query: str) -> list[str]:
+    where = scope_filter(namespace).and_(live_filter(False)).and_(kinds_filter(None, exclude_turns=True))
+    hits = memories.search(DEFAULT_TENANT, query, where, limit=20, agent_id=namespace.agent_id)
+    return sorted(s.memory.content for s in hits if s.bm25 > 0)
+
+
+def test_searches_follow_every_write_after_the_index_is_loaded(app: Flask, ns: dict[str, str]) -> None:
+    memories: MemoryRepository = app.extensions["acn"].memories
+    me, other = Namespace(**ns), Namespace(agent_id=ns["agent_id"] + "-x", session_id=ns["session_id"])
+    first = fact(me, "仓库地址在张江路")
+    memories.save(DEFAULT_TENANT, [first], new_ids={first.id})
+    assert found(memories, me, "仓库地址") == ["仓库地址在张江路"]  # the index is loaded now
+    memories.save(DEFAULT_TENANT, [fact(me, "备用仓库地址在金桥路")])
+    memories.save(DEFAULT_TENANT, [fact(other, "总部仓库地址在虹桥", scope="shared"),
+                                   fact(other, "别人的仓库地址在松江")])
+    assert found(memories, me, "仓库地址") == ["仓库地址在张江路", "备用仓库地址在金桥路", "总部仓库地址在虹桥"]
+    memories.save(DEFAULT_TENANT, [first.model_copy(update={"valid_to": 5, "superseded_by": "later"})])
+    assert found(memories, me, "仓库地址") == ["备用仓库地址在金桥路", "总部仓库地址在虹桥"]
+    shared = next(s.memory for s in memories.search(DEFAULT_TENANT, "虹桥", scope_filter(me), limit=5,
+                                                  agent_id=me.agent_id))
+    memories.delete_ids(DEFAULT_TENANT, [shared.id])
+    assert found(memories, me, "仓库地址") == ["备用仓库地址在金桥路"]
+    memories.delete_namespace(DEFAULT_TENANT, me.agent_id, None, None)
+    assert found(memories, me, "仓库地址") == []
+
+
+class WriteDuringLoad(MilvusStore):
+    """A real Lite store that, once, lets a write land right after the agent's rows were read for an index."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.during_load: Any = None
+
+    def query(self, collection: str, where: Filter, **kwargs: Any) -> list[dict[str, Any]]:
+        rows = super().query(collection, where, **kwargs)
+        if self.during_load is not None and 'scope == "shared"' in where.template:
+            write, self.during_load = self.during_load, None
+            write()
+        return rows
+
+
+def test_a_write_landing_while_the_index_loads_is_not_lost(tmp_path: Path) -> None:
+    store = WriteDuringLoad(str(tmp_path / "race.db")).open()
+    memories = MemoryRepository(store, prefix="race", embedder=None)
+    memories.open()
+    namespace = Namespace(agent_id="racer", session_id="s")
+    try:
+        memories.save(DEFAULT_TENANT, [fact(namespace, "并发写入之前的记录")])
+        late = fact(namespace, "并发写入时落地的记录")
+        store.during_load = lambda: memories.save(DEFAULT_TENANT, [late])
+        both = ["并发写入之前的记录", "并发写入时落地的记录"]
+        assert found(memories, namespace, "并发写入") == both  # this search loaded the index, the write came after
+        assert store.during_load is None
+        assert found(memories, namespace, "并发写入") == both
+    finally:
+        store.close()
+
+
+def test_retrieve_answers_the_same_from_memory_and_from_a_server(client: FlaskClient, lite_server: str,
+                                                                 tmp_path: Path, ns: dict[str, str]) -> None:
+    # The same writes into this process's Lite file (searched in memory) and into a Milvus server (searched
+    # by the store): every retrieve returns the same memories in the same order.
+    from server import create_app
+
+    other = {**ns, "agent_id": ns["agent_id"] + "-other"}
+    batches = [(ns, [{"kind": "fact", "content": "客户张伟的会员号是VIP-20391"},
+                     {"kind": "decision", "content": "对账接口超时设为30秒", "key": "超时"},
+                     {"kind": "preference", "content": "客户不要电话回访，只接受短信"}]),
+               (other, [{"kind": "knowledge", "content": "退货运费由商家承担", "scope": "shared"},
+                        {"kind": "fact", "content": "另一个客户的会员号是VIP-11111"}]),
+               (ns, [{"kind": "decision", "content": "对账接口超时改为45秒", "key": "超时"},
+                     {"kind": "fact", "content": "订单A1234的金额是3,200元", "scope": "agent"}])]
+    questions = ["会员号是多少", "超时是多少？", "回访方式", "退货运费谁出", "订单金额", "VIP"]
+    served = create_app(make_settings(tmp_path, milvus_uri=lite_server))
+    try:
+        remote = served.test_client()
+        answers: dict[str, list[list[str]]] = {"local": [], "server": []}
+        for side, target in (("local", client), ("server", remote)):
+            for namespace, items in batches:
+                assert post(target, "memory_write", {**namespace, "items": items}).status_code == 200
+            for question in questions:
+                body = post(target, "memory_retrieve", {**ns, "query": question, "top_k": 5}).get_json()
+                answers[side].append([m["content"] for m in body["memories"]])
+        assert answers["local"] == answers["server"]
+        assert answers["local"][1][0] == "对账接口超时改为45秒"
+        assert not any("VIP-11111" in text for found_ in answers["local"] for text in found_)
+    finally:
+        served.extensions["acn"].close()
