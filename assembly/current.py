@@ -7,6 +7,8 @@ without the current one, so assembly filters them out here.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from common.models import Memory, Namespace, Segment
 from compaction.key_numbers import EARLIER_SUFFIX
 from compaction.render import render_segment
@@ -40,8 +42,15 @@ def _stale_values(memories: MemoryRepository, tenant: str, where: Filter) -> set
     return stale
 
 
-def mentions_stale(text: str, stale: set[str]) -> bool:
+def mentions_stale(text: str, stale: set[str] | frozenset[str]) -> bool:
     """Return True when text states a superseded value."""
+    return bool(stale) and _mentions_any(text, frozenset(stale))
+
+
+# Each assemble asks this of every candidate memory, and a session's candidates and superseded values
+# change little from turn to turn.
+@lru_cache(maxsize=16384)
+def _mentions_any(text: str, stale: frozenset[str]) -> bool:
     return any(value_present(value, text) for value in stale)
 
 
@@ -73,6 +82,7 @@ def current_memories(found: list[Memory], stale: set[str]) -> tuple[list[Memory]
     """Split memories into (served, withheld): whatever states a superseded value is withheld."""
     served: list[Memory] = []
     withheld: list[Memory] = []
+    values = frozenset(stale)
     for memory in found:
-        (withheld if mentions_stale(memory.content, stale) else served).append(memory)
+        (withheld if mentions_stale(memory.content, values) else served).append(memory)
     return served, withheld

@@ -12,11 +12,12 @@ messages that match the input. Then:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import get_args
 
 from common.deps import Deps
 from common.models import Memory, MemoryKind, Message, Namespace
-from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, RetrievedMemory, rank
+from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank
 from storage.memories import MemoryRepository
 from text.pleasantries import is_pleasantry
 from text.query import resolve_back_reference
@@ -53,12 +54,12 @@ def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int
                                 shown_turns=shown_turns)
     if merged:  # a long tail of weak matches costs tokens and buries the answer
         cutoff = floor * merged[0].score
-        merged = [m for m in merged if m.score >= cutoff]
-    return [Memory(**m.model_dump(exclude={"score", "score_parts"})) for m in merged]
+        merged = [r for r in merged if r.score >= cutoff]
+    return [r.memory for r in merged]
 
 
 def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,
-                       history: list[Message], shown_turns: set[int] | None = None) -> list[RetrievedMemory]:
+                       history: list[Message], shown_turns: set[int] | None = None) -> list[Ranked]:
     """Return every scored candidate for the query (facts, archived messages and their neighbours), best first."""
     if is_pleasantry(query):  # "好的" / "thanks" asks for nothing earlier: no recall, no tokens spent on it
         return []
@@ -67,13 +68,13 @@ def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: i
     # One ranking over facts and archived messages together: BM25 normalisation and term weights are shared,
     # so a weakly matching fact does not outrank a message that answers the input.
     found = ranked(namespace, query, deps, kinds=list(get_args(MemoryKind)), top_k=top_k + turn_pool)
-    events = [m for m in found if m.kind != "turn"][:top_k]
-    turns = with_neighbours([m for m in found if m.kind == "turn"][:turn_pool], namespace, deps)
+    events = [r for r in found if r.memory.kind != "turn"][:top_k]
+    turns = with_neighbours([r for r in found if r.memory.kind == "turn"][:turn_pool], namespace, deps)
     # Messages still in the recent history are shown there; a fact must not point back to one of them.
     shown = shown_turns if shown_turns is not None else {m.turn for m in history if m.turn is not None}
-    turns = [t for t in turns if not (t.turn_range and t.turn_range[0] in shown)]
+    turns = [t for t in turns if not (t.memory.turn_range and t.memory.turn_range[0] in shown)]
     events, turns = point_back(events, turns)
-    return sorted([*events, *turns], key=lambda m: (-m.score, -m.updated_at))
+    return sorted([*events, *turns], key=lambda r: (-r.score, -r.memory.updated_at))
 
 
 def relative_floor(max_tokens: int) -> float:
@@ -92,52 +93,51 @@ def turn_pool(max_tokens: int) -> int:
 
 
 def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKind] | None,
-           top_k: int) -> list[RetrievedMemory]:
+           top_k: int) -> list[Ranked]:
     """Return the top_k memories for the query, scored exactly as memory_retrieve does."""
     request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
                                     user_id=namespace.user_id, query=query, kinds=kinds, top_k=min(top_k, 50))
     return rank(request, deps, pool=min(max(top_k, MIN_POOL), MAX_POOL))[:top_k]
 
 
-def point_back(events: list[RetrievedMemory],
-               turns: list[RetrievedMemory]) -> tuple[list[RetrievedMemory], list[RetrievedMemory]]:
+def point_back(events: list[Ranked], turns: list[Ranked]) -> tuple[list[Ranked], list[Ranked]]:
     """Drop extracted facts that a retrieved message of their turn contains; that message inherits their score."""
     by_turn: dict[int, list[int]] = {}
     for index, turn in enumerate(turns):
-        if turn.turn_range:
-            by_turn.setdefault(turn.turn_range[0], []).append(index)
+        if turn.memory.turn_range:
+            by_turn.setdefault(turn.memory.turn_range[0], []).append(index)
     kept = []
     for event in events:
-        folded = normalise(event.content)
-        holder = next((i for i in by_turn.get((event.turn_range or [-1])[0], [])
-                       if folded and folded in normalise(turns[i].content)), None)
+        folded = normalise(event.memory.content)
+        holder = next((i for i in by_turn.get((event.memory.turn_range or [-1])[0], [])
+                       if folded and folded in normalise(turns[i].memory.content)), None)
         if holder is None:
             kept.append(event)
         elif event.score > turns[holder].score:
-            turns[holder] = turns[holder].model_copy(update={"score": event.score})
+            turns[holder] = replace(turns[holder], score=event.score)
     return kept, turns
 
 
-def with_neighbours(hits: list[RetrievedMemory], namespace: Namespace, deps: Deps) -> list[RetrievedMemory]:
+def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps) -> list[Ranked]:
     """Return the hits plus the messages around the best of them, with decayed scores.
 
     The reply to a hit that asks something is where its answer is: it inherits REPLY_DECAY of the hit's
     score; other neighbours NEIGHBOUR_DECAY per step, up to NEIGHBOUR_SPAN messages away.
     """
-    best = [h for h in hits[:NEIGHBOUR_HITS] if h.turn_range]
+    best = [h for h in hits[:NEIGHBOUR_HITS] if h.memory.turn_range]
     if not best:
         return hits
-    wanted = sorted({h.turn_range[0] + step for h in best if h.turn_range  # turn numbers around each hit
+    wanted = sorted({h.memory.turn_range[0] + step for h in best if h.memory.turn_range  # turns around each hit
                      for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)})
     memories: MemoryRepository = deps.providers["memories"]
     around = sorted(memories.archived_messages(deps.tenant, namespace, wanted), key=message_order)
     position = {m.id: i for i, m in enumerate(around)}
-    found = {h.id: h for h in hits}
+    found = {h.memory.id: h for h in hits}
     for hit in best:
-        index = position.get(hit.id)
+        index = position.get(hit.memory.id)
         if index is None:
             continue
-        asks = _QUESTION.search(hit.content) is not None
+        asks = _QUESTION.search(hit.memory.content) is not None
         for step in (*range(-NEIGHBOUR_SPAN, 0), *range(1, NEIGHBOUR_SPAN + 1)):
             near = index + step
             if not 0 <= near < len(around):
@@ -147,8 +147,7 @@ def with_neighbours(hits: list[RetrievedMemory], namespace: Namespace, deps: Dep
             neighbour = around[near]
             previous = found.get(neighbour.id)
             if previous is None or previous.score < score:
-                parts = previous.score_parts if previous else {"neighbour": 1.0}
-                found[neighbour.id] = RetrievedMemory(**neighbour.model_dump(), score=score, score_parts=parts)
+                found[neighbour.id] = Ranked(neighbour, score, previous.parts if previous else {"neighbour": 1.0})
     return list(found.values())
 
 

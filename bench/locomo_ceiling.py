@@ -67,8 +67,8 @@ def ranks_of_evidence(system: OurSystem, namespace: dict[str, str], question: st
     candidates = focused_candidates(Namespace(**namespace), question, runtime.deps(DEFAULT_TENANT), top_k=5,
                                     turn_pool=MAX_TURN_POOL, history=[], shown_turns=set())
     first: dict[str, int] = {}
-    for index, memory in enumerate(candidates):
-        dia_id = memory.meta.get("dia_id")
+    for index, candidate in enumerate(candidates):
+        dia_id = candidate.memory.meta.get("dia_id")
         if isinstance(dia_id, str):
             first.setdefault(dia_id, index)
     return [first.get(e, -1) for e in evidence]

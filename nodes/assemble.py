@@ -217,7 +217,7 @@ def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | 
     """Return memories ranked for the user input (scored exactly as memory_retrieve does)."""
     query = MemoryRetrieveRequest(agent_id=request.agent_id, session_id=request.session_id,
                                   user_id=request.user_id, query=request.user_input, kinds=kinds, top_k=top_k)
-    return [Memory(**m.model_dump(exclude={"score", "score_parts"})) for m in rank(query, deps)[:top_k]]
+    return [r.memory for r in rank(query, deps)[:top_k]]
 
 
 def fit_layers(candidates: dict[str, list[Item]], available: int, budget: BudgetRatios,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
@@ -17,7 +18,7 @@ from storage.memories import Scored, kinds_filter, live_filter, scope_filter
 from text.dates import normalise_date
 from text.lang import detect_language
 from text.query import speaker_names
-from text.terms import content_terms, coverage, expand_query, idf_weights
+from text.terms import content_term_set, content_terms, expand_query, idf_weights
 from text.tokens import Tokenizer
 from text.triggers import needs_memory
 
@@ -70,6 +71,21 @@ class RetrievedMemory(Memory):
     score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency.")
 
 
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A stored memory with its score. Ranking hands these on; the response model is built only for what a
+    node returns (assembly scores a hundred or more candidates per call and returns the memories)."""
+
+    memory: Memory
+    score: float
+    parts: dict[str, float]
+
+    def result(self) -> RetrievedMemory:
+        """Return the memory with its score, as memory_retrieve returns it (parts rounded)."""
+        return RetrievedMemory(**self.memory.model_dump(), score=self.score,
+                               score_parts={name: round(value, 4) for name, value in self.parts.items()})
+
+
 class MemoryRetrieveResponse(NodeResponse):
     memories: list[RetrievedMemory]
     text: str = Field(description="Rendered block, one memory per line, each tagged with its source.")
@@ -84,12 +100,12 @@ def run(request: MemoryRetrieveRequest, deps: Deps) -> MemoryRetrieveResponse:
         return MemoryRetrieveResponse(memories=[], text="", triggered=False, tokens=0)
     ranked = rank(request, deps)
     language = request.language or detect_language(request.query or "")
-    chosen = [cut(m, request.max_item_tokens, deps.tokenizer) for m in ranked[: request.top_k]]
+    chosen = [cut(r.result(), request.max_item_tokens, deps.tokenizer) for r in ranked[: request.top_k]]
     text = render_memories(chosen, language)
     return MemoryRetrieveResponse(memories=chosen, text=text, triggered=True, tokens=deps.tokenizer.count(text))
 
 
-def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None) -> list[RetrievedMemory]:
+def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None) -> list[Ranked]:
     """Return scored memories, best first, above min_score; `pool` candidates per search list."""
     memories = repository(deps)
     where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
@@ -106,11 +122,11 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None)
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours
     scored = score_all(candidates, half_life, time.time() * 1000, request.query)
     kept = [m for m in scored if m.score >= request.min_score]
-    return sorted(kept, key=lambda m: (m.score, m.updated_at), reverse=True)
+    return sorted(kept, key=lambda r: (r.score, r.memory.updated_at), reverse=True)
 
 
 def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
-              query: str = "") -> list[RetrievedMemory]:
+              query: str = "") -> list[Ranked]:
     """Combine relevance with importance × recency decay.
 
     relevance = (engine + COVERAGE_WEIGHT × coverage + SPEAKER_BONUS if spoken by whom the query names) /
@@ -123,23 +139,26 @@ def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
     names = {str(c.memory.meta["name"]) for c in candidates if c.memory.meta.get("name")}
     speakers = speaker_names(query, names) if query else set()
     query_terms = content_terms(query)
-    documents = [content_terms(c.memory.content) for c in candidates] if query_terms else [[] for _ in candidates]
-    idf = idf_weights(documents)
+    documents = [content_term_set(c.memory.content) if query_terms else frozenset[str]() for c in candidates]
+    idf = idf_weights(documents, only=query_terms)
     unseen = math.log(1 + len(documents) + 0.5)
+    # coverage() per candidate, with the query's weights summed once
+    weights = {term: idf.get(term, unseen) for term in set(query_terms)}
+    total = sum(weights.values())
     scale = 1 + (COVERAGE_WEIGHT if query_terms else 0) + (SPEAKER_BONUS if speakers else 0)
     results = []
     for c, terms in zip(candidates, documents, strict=True):
         bm25 = c.bm25 / top_bm25
-        covered = coverage(query_terms, terms, idf, unseen)
+        covered = sum(weight for term, weight in weights.items() if term in terms) / total if total else 0.0
         speaker = SPEAKER_BONUS if speakers and spoken_by(c.memory, speakers) else 0.0
         relevance = ((fused(c) if hybrid else bm25) + COVERAGE_WEIGHT * covered + speaker) / scale
         age_hours = max(0.0, now_ms - c.memory.updated_at) / 3_600_000
         recency = 0.5 ** (age_hours / half_life_hours)
         importance = c.memory.importance / 10
         score = RELEVANCE_WEIGHT * relevance + SALIENCE_WEIGHT * importance * recency
-        parts = {"relevance": round(relevance, 4), "bm25": round(bm25, 4), "dense": round(c.dense, 4),
-                 "importance": round(importance, 4), "recency": round(recency, 4)}
-        results.append(RetrievedMemory(**c.memory.model_dump(), score=round(score, 4), score_parts=parts))
+        parts = {"relevance": relevance, "bm25": bm25, "dense": c.dense, "importance": importance,
+                 "recency": recency}
+        results.append(Ranked(c.memory, round(score, 4), parts))
     return results
 
 

@@ -15,13 +15,11 @@ Filters are the store's own Filter objects, evaluated by storage.predicate, so b
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -54,7 +52,11 @@ class LocalIndex:
         self._slots: dict[str, int] = {}
         self._docs: list[_Doc] = []
         self._postings: dict[str, dict[int, int]] = {}
+        # Each posting as arrays (slots, term frequencies) for numpy scoring, rebuilt when the term's posting
+        # changes: a new message touches a few dozen terms, a search reads a handful.
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._total_length = 0
+        self._lengths = np.zeros(0, dtype=np.float64)
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         # Slots written since the index was built, in order: a cached mask re-reads only those.
         self._changes: list[int] = []
@@ -79,12 +81,12 @@ class LocalIndex:
                 self._docs[slot] = doc
             for term, count in terms.items():
                 self._postings.setdefault(term, {})[slot] = count
+                self._arrays.pop(term, None)
             self._total_length += doc.length
+            self._lengths = _room(self._lengths, slot)
+            self._lengths[slot] = doc.length
             if self._dim:
-                if slot >= len(self._vectors):
-                    grown = np.zeros((max(64, 2 * len(self._vectors)), self._dim), dtype=np.float32)
-                    grown[: len(self._vectors)] = self._vectors
-                    self._vectors = grown
+                self._vectors = _room(self._vectors, slot)
                 self._vectors[slot] = vector
             self._changes.append(slot)
             if len(self._changes) > 4 * len(self._docs) + 1024:  # masks rebuild from scratch; the log restarts
@@ -97,20 +99,18 @@ class LocalIndex:
         with self._lock:
             if not query or not self._docs:
                 return []
-            mask = self._mask(where)
-            count, average = len(self._docs), self._total_length / len(self._docs) or 1.0
-            docs, scores = self._docs, dict[int, float]()
+            count = len(self._docs)
+            norm = K1 * (1 - B + B * self._lengths[:count] / (self._total_length / count or 1.0))
+            scores = np.zeros(count, dtype=np.float64)
             for term, repeats in query.items():
-                posting = self._postings.get(term)
-                if not posting:
+                arrays = self._posting_arrays(term)
+                if arrays is None:
                     continue
-                idf = repeats * math.log(1 + (count - len(posting) + 0.5) / (len(posting) + 0.5))
-                for slot, tf in posting.items():
-                    if mask[slot]:
-                        norm = K1 * (1 - B + B * docs[slot].length / average)
-                        scores[slot] = scores.get(slot, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
-            best = heapq.nlargest(limit, scores.items(), key=itemgetter(1))
-            return [(docs[slot].memory, score) for slot, score in best]
+                slots, tfs = arrays
+                idf = repeats * math.log(1 + (count - len(slots) + 0.5) / (len(slots) + 0.5))
+                scores[slots] += idf * tfs * (K1 + 1) / (tfs + norm[slots])
+            scores *= np.frombuffer(self._mask(where), dtype=np.uint8)
+            return [(self._docs[slot].memory, float(scores[slot])) for slot in _top(scores, limit)]
 
     def search_dense(self, vector: list[float], where: Filter, limit: int) -> list[tuple[Memory, float]]:
         """Return up to `limit` rows matching the filter, by cosine similarity to the vector."""
@@ -118,15 +118,25 @@ class LocalIndex:
         with self._lock:
             if not self._dim or not self._docs:
                 return []
-            mask = np.frombuffer(self._mask(where), dtype=np.uint8).astype(bool)
-            allowed = np.flatnonzero(mask)
+            allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
             if not len(allowed):
                 return []
             scores = self._vectors[allowed] @ query
-            top = np.argsort(-scores, kind="stable")[:limit] if len(allowed) <= limit else \
+            order = np.argsort(-scores, kind="stable")[:limit] if len(allowed) <= limit else \
                 np.argpartition(-scores, limit - 1)[:limit]
-            top = top[np.argsort(-scores[top], kind="stable")]
-            return [(self._docs[int(allowed[i])].memory, float(scores[i])) for i in top]
+            order = order[np.argsort(-scores[order], kind="stable")]
+            return [(self._docs[int(allowed[i])].memory, float(scores[i])) for i in order]
+
+    def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        arrays = self._arrays.get(term)
+        if arrays is None:
+            posting = self._postings.get(term)
+            if not posting:
+                return None
+            arrays = (np.fromiter(posting.keys(), dtype=np.int64, count=len(posting)),
+                      np.fromiter(posting.values(), dtype=np.float64, count=len(posting)))
+            self._arrays[term] = arrays
+        return arrays
 
     def _mask(self, where: Filter) -> bytearray:
         """Return one byte per slot, 1 where the row matches (called with the lock held)."""
@@ -150,6 +160,7 @@ class LocalIndex:
     def _unpost(self, slot: int) -> None:
         old = self._docs[slot]
         for term in old.terms:
+            self._arrays.pop(term, None)
             posting = self._postings.get(term)
             if posting is not None:
                 posting.pop(slot, None)
@@ -166,6 +177,21 @@ def stored_row(record: Record) -> Record:
     """
     return {key: float(np.float32(value)) if isinstance(value, float) else value
             for key, value in record.items() if key not in ("content", "doc", "dense")}
+
+
+def _room(array: np.ndarray, slot: int) -> np.ndarray:
+    """Return the array, grown (doubling) so that row `slot` exists."""
+    if slot < len(array):
+        return array
+    grown = np.zeros((max(64, 2 * len(array), slot + 1), *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
+def _top(scores: np.ndarray, limit: int) -> list[int]:
+    """Return the slots of the `limit` best positive scores, best first (ties: lower slot first)."""
+    positive = np.flatnonzero(scores > 0)  # ascending slots: lexsort's last key first, then slot order
+    return [int(slot) for slot in positive[np.lexsort((positive, -scores[positive]))][:limit]]
 
 
 def _unit(vector: Any, dim: int) -> np.ndarray:

@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -95,6 +95,35 @@ def new_memory_id() -> str:
     return "mem_" + uuid.uuid4().hex
 
 
+class SessionArchive:
+    """A session's archived messages by id, and by turn number (what neighbour expansion looks up)."""
+
+    def __init__(self, messages: Iterable[Memory] = ()) -> None:
+        self.by_id: dict[str, Memory] = {}
+        self.by_turn: dict[int, dict[str, Memory]] = {}
+        for message in messages:
+            self.put(message)
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def put(self, message: Memory) -> None:
+        """Add a message or replace the one with the same id."""
+        old = self.by_id.get(message.id)
+        if old is not None:
+            self.by_turn.get(_turn_of(old), {}).pop(old.id, None)
+        self.by_id[message.id] = message
+        self.by_turn.setdefault(_turn_of(message), {})[message.id] = message
+
+    def of_turns(self, turns: Iterable[int]) -> list[Memory]:
+        """Return the messages of the given turns."""
+        return [m for turn in turns for m in self.by_turn.get(turn, {}).values()]
+
+
+def _turn_of(memory: Memory) -> int:
+    return memory.turn_range[0] if memory.turn_range else NO_TURN
+
+
 class MemoryRepository:
     """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
 
@@ -111,7 +140,7 @@ class MemoryRepository:
         # number), views that only a supersede, an update or a delete can change, and parked batch indexes.
         self._exclusive = not getattr(store, "is_server", True)
         self._cache_lock = threading.Lock()
-        self._archives: OrderedDict[tuple[str, str, str], dict[str, Memory]] = OrderedDict()
+        self._archives: OrderedDict[tuple[str, str, str], SessionArchive] = OrderedDict()
         self._archive_epoch = 0  # bumps on every archive write: a load that raced one is not kept
         self._revision = 0  # bumps on writes that can change a view (not on inserting new memories)
         self._views: dict[Hashable, tuple[int, Any]] = {}
@@ -211,7 +240,7 @@ class MemoryRepository:
                 self._archive_epoch += 1
                 archive = self._archives.get((tenant, memory.agent_id, memory.session_id))
                 if archive is not None:
-                    archive[memory.id] = memory
+                    archive.put(memory)
 
     def _index_saved(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
         """Put saved rows into the indexes (and queues of indexes loading) of their agent, or all if shared."""
@@ -304,9 +333,9 @@ class MemoryRepository:
             rows = self.store.query(self.spec.name, where, fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
             return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
         with self._cache_lock:  # a concurrent save may be adding to this session's archive
-            stored = list(archive.values())
-        return sorted((m for m in stored if m.scope == "session" and not m.valid_to and m.turn_range
-                       and m.turn_range[0] in wanted), key=lambda m: (m.created_at, m.id))
+            stored = archive.of_turns(wanted)
+        return sorted((m for m in stored if m.scope == "session" and not m.valid_to),
+                      key=lambda m: (m.created_at, m.id))
 
     def absent_archive_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
         """Return the ids among `ids` that the session's archive certainly does not hold (Lite only).
@@ -318,9 +347,9 @@ class MemoryRepository:
         if archive is None:
             return set()
         with self._cache_lock:
-            return set(ids) - archive.keys()
+            return set(ids) - archive.by_id.keys()
 
-    def _session_archive(self, tenant: str, namespace: Namespace) -> dict[str, Memory] | None:
+    def _session_archive(self, tenant: str, namespace: Namespace) -> SessionArchive | None:
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._cache_lock:
             archive = self._archives.get(key)
@@ -332,7 +361,7 @@ class MemoryRepository:
                                 fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
         if len(rows) >= QUERY_WINDOW:
             return None
-        archive = {m.id: m for m in map(from_record, rows)}
+        archive = SessionArchive(map(from_record, rows))
         with self._cache_lock:
             if epoch == self._archive_epoch:  # no archive write raced the read
                 self._archives[key] = archive

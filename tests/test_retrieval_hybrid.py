@@ -187,3 +187,12 @@ def test_pleasantries_recall_nothing(client: FlaskClient, ns: dict[str, str]) ->
     asked = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 1000, "user_input": "订单号是多少？",
                                       "messages": []}).get_json()
     assert "ORD-1234" in asked["memory_text"]
+
+
+def test_idf_of_the_query_terms_only_is_the_same_weight() -> None:
+    texts = ("I painted a sunset", "I painted my house", "we went camping", "painting the sunset again")
+    documents = [content_terms(t) for t in texts]
+    query = content_terms("Who painted the sunset near the lake?")
+    full, only = idf_weights(documents), idf_weights(documents, only=query)
+    assert only == {term: full[term] for term in query if term in full}
+    assert "lake" not in only

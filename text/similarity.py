@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 _NOISE = re.compile(r"[\W_]+", re.UNICODE)
 
 
+# Assembly folds the same stored memories on every call: short texts are kept by the tens of thousands,
+# long ones (tool output) by the few hundred, and texts longer than LONG_TEXT_CHARS not at all.
+SHORT_TEXT_CHARS = 2000
+LONG_TEXT_CHARS = 100_000
+
+
 def normalise(text: str) -> str:
     """Return text folded for comparison: NFKC (full-width to half-width), lower case, no punctuation."""
+    if len(text) <= SHORT_TEXT_CHARS:
+        return _normalise_short(text)
+    return _normalise_long(text) if len(text) <= LONG_TEXT_CHARS else _normalise(text)
+
+
+def _normalise(text: str) -> str:
     return _NOISE.sub("", unicodedata.normalize("NFKC", text).casefold())
+
+
+_normalise_short = lru_cache(maxsize=32768)(_normalise)
+_normalise_long = lru_cache(maxsize=256)(_normalise)
 
 
 def shingles(text: str) -> frozenset[str]:

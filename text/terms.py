@@ -69,11 +69,29 @@ def _jieba_words(run: str) -> list[str]:
     return [w for w in jieba.cut_for_search(run) if w.strip()]
 
 
-def idf_weights(documents: Sequence[Iterable[str]]) -> dict[str, float]:
-    """Return an IDF weight per term over a set of documents (each an iterable of terms)."""
+def content_term_set(text: str) -> frozenset[str]:
+    """Return the distinct content terms of a text (see content_terms)."""
+    return _content_term_set(text)
+
+
+@lru_cache(maxsize=32768)
+def _content_term_set(text: str) -> frozenset[str]:
+    return frozenset(_content_terms(text))
+
+
+def idf_weights(documents: Sequence[Iterable[str]], only: Iterable[str] | None = None) -> dict[str, float]:
+    """Return an IDF weight per term over a set of documents (each an iterable of terms).
+
+    With `only`, just those terms are counted (a re-ranker needs the query's terms, not every document's).
+    """
     frequency: Counter[str] = Counter()
-    for terms in documents:
-        frequency.update(set(terms))
+    if only is not None:
+        sets = [terms if isinstance(terms, frozenset | set) else set(terms) for terms in documents]
+        frequency.update({term: sum(term in terms for terms in sets) for term in set(only)})
+        frequency = +frequency  # terms no document has get no weight, as without `only`
+    else:
+        for terms in documents:
+            frequency.update(set(terms))
     total = len(documents)
     return {term: math.log(1 + (total - df + 0.5) / (df + 0.5)) for term, df in frequency.items()}
 
