@@ -116,7 +116,7 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None)
     else:
         pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
         candidates = memories.search(deps.tenant, request.query, where, limit=pool,
-                                     text_query=expand_query(request.query), agent_id=request.agent_id)
+                                     text_query=expand_query(request.query), within=request)
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours

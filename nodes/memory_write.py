@@ -253,7 +253,7 @@ class Pool:
         if not self.exhaustive:
             found = [known(s.memory) for s in self.memories.search(self.tenant, item.content, self._own(item),
                                                                     limit=DEDUPE_CANDIDATES,
-                                                                    agent_id=self._namespace().agent_id)]
+                                                                    within=self._namespace())]
             scored = [(shingle_similarity(shingles(m.content), target), m) for m in found]
             return max(scored, key=lambda pair: pair[0], default=None)
         overlap: Counter[str] = Counter()

@@ -32,12 +32,13 @@ CACHED_ARCHIVES = 256
 CACHED_ARCHIVE_ROWS = 200_000
 CACHED_VIEWS = 1024
 CACHED_POOLS = 64
-# Agents whose rows (with the tenant's shared ones) are searched in memory: at most this many, and about this
-# many rows in all. An agent with more rows than the store's query window is searched in the store.
+# Sessions whose readable rows are searched in memory: at most this many, and about this many rows in all. A
+# session that can read more rows than the store's query window is searched in the store.
 CACHED_INDEXES = 256
 CACHED_INDEX_ROWS = 100_000
 T = TypeVar("T")
 Stamp = tuple[int, int, int]
+GroupKey = tuple[str, str, str]  # tenant, agent, session
 
 
 @dataclass(frozen=True)
@@ -151,11 +152,11 @@ class MemoryRepository:
         self._agent_writes: dict[tuple[str, str], int] = {}
         self._shared_writes: dict[str, int] = {}
         self._parked: OrderedDict[Hashable, tuple[Stamp, Any]] = OrderedDict()
-        # Search indexes per (tenant, agent): the agent's rows and the tenant's shared rows. Writes that land
-        # while one loads are queued in _loading and replayed onto it (a write is idempotent by id).
-        self._indexes: OrderedDict[tuple[str, str], LocalIndex] = OrderedDict()
-        self._loading: dict[tuple[str, str], list[tuple[Memory, Record]]] = {}
-        self._oversized: set[tuple[str, str]] = set()
+        # Search indexes per (tenant, agent, session): the rows a session can read (see group_filter). Writes
+        # that land while one loads are queued in _loading and replayed onto it (a write is idempotent by id).
+        self._indexes: OrderedDict[GroupKey, LocalIndex] = OrderedDict()
+        self._loading: dict[GroupKey, list[tuple[Memory, Record]]] = {}
+        self._oversized: set[GroupKey] = set()
 
     def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
@@ -243,12 +244,12 @@ class MemoryRepository:
                     archive.put(memory)
 
     def _index_saved(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
-        """Put saved rows into the indexes (and queues of indexes loading) of their agent, or all if shared."""
+        """Put saved rows into the indexes (and queues of indexes loading) of the sessions that can read them."""
         for key in (*self._indexes, *self._loading):
             if key[0] != tenant:
                 continue
-            mine = [(m, r) for m, r in zip(memories, records, strict=True)
-                    if m.agent_id == key[1] or m.scope == "shared"]
+            mine = [(m, r) for m, r in zip(memories, records, strict=True) if m.scope == "shared" or (
+                m.agent_id == key[1] and (m.scope != "session" or m.session_id == key[2]))]
             if not mine:
                 continue
             index = self._indexes.get(key)
@@ -402,20 +403,20 @@ class MemoryRepository:
         return len(self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=["id"], limit=16384))
 
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
-               text_query: str | None = None, agent_id: str | None = None) -> list[Scored]:
+               text_query: str | None = None, within: Namespace | None = None) -> list[Scored]:
         """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
 
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
-        With `agent_id`, only that agent's rows and the tenant's shared rows are searched; with a Lite file
-        they are then searched in memory (storage/local_index.py).
+        With `within`, only the rows that namespace's session can read are searched (group_filter); with a Lite
+        file they are then searched in memory (storage/local_index.py).
         """
         flt = tenant_filter(tenant).and_(where)
-        if agent_id is not None:
-            flt = flt.and_(Filter('agent_id == {group_agent} or scope == "shared"', {"group_agent": agent_id}))
+        if within is not None:
+            flt = flt.and_(group_filter(within.agent_id, within.session_id))
         if not query.strip():
             return []
-        index = self._local_index(tenant, agent_id) if agent_id is not None and self._exclusive else None
+        index = self._local_index(tenant, within) if within is not None and self._exclusive else None
         vector = self.embedder.embed(query) if self.embedder else None
         if index is not None:
             text_hits = index.search_text(text_query or query, flt, limit)
@@ -440,12 +441,12 @@ class MemoryRepository:
     def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:
         return [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in hits]
 
-    def _local_index(self, tenant: str, agent_id: str) -> LocalIndex | None:
-        """Return the in-memory index of an agent's and the shared rows, loading it on first use (Lite only).
+    def _local_index(self, tenant: str, namespace: Namespace) -> LocalIndex | None:
+        """Return the in-memory index of the rows a session can read, loading it on first use (Lite only).
 
-        None when the agent has more rows than one store query returns, or when another thread is loading it.
+        None when the session can read more rows than one store query returns, or while another thread loads it.
         """
-        key = (tenant, agent_id)
+        key = (tenant, namespace.agent_id, namespace.session_id)
         with self._cache_lock:
             index = self._indexes.get(key)
             if index is not None:
@@ -457,8 +458,7 @@ class MemoryRepository:
             epoch = self._epoch
         try:
             fields = OUTPUT_FIELDS + (["dense"] if self.embedder else [])
-            rows = self.store.query(self.spec.name, Filter('tenant == {it} and (agent_id == {ia} or scope == "shared")',
-                                                           {"it": tenant, "ia": agent_id}),
+            rows = self.store.query(self.spec.name, tenant_filter(tenant).and_(group_filter(*key[1:])),
                                     fields=fields, limit=QUERY_WINDOW)
             index = LocalIndex(self.spec.dense_dim)
             if len(rows) < QUERY_WINDOW:
@@ -487,6 +487,13 @@ class MemoryRepository:
 def tenant_filter(tenant: str) -> Filter:
     """Return the filter every read starts from: one tenant never sees another's rows."""
     return Filter("tenant == {tenant}", {"tenant": tenant})
+
+
+def group_filter(agent_id: str, session_id: str) -> Filter:
+    """Return the filter of every row a session may read: its own, its agent's other than other sessions',
+    and the shared ones. Every scope_filter of that namespace selects within it."""
+    return Filter('(agent_id == {ga} and (scope != "session" or session_id == {gs})) or scope == "shared"',
+                  {"ga": agent_id, "gs": session_id})
 
 
 def session_filter(tenant: str, namespace: Namespace) -> Filter:

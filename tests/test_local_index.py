@@ -156,7 +156,7 @@ def fact(namespace: Namespace, text: str, *, scope: str = "session", **extra: An
 
 def found(memories: MemoryRepository, namespace: Namespace, query: str) -> list[str]:
     where = scope_filter(namespace).and_(live_filter(False)).and_(kinds_filter(None, exclude_turns=True))
-    hits = memories.search(DEFAULT_TENANT, query, where, limit=20, agent_id=namespace.agent_id)
+    hits = memories.search(DEFAULT_TENANT, query, where, limit=20, within=namespace)
     return sorted(s.memory.content for s in hits if s.bm25 > 0)
 
 
@@ -169,13 +169,17 @@ def test_searches_follow_every_write_after_the_index_is_loaded(app: Flask, ns: d
     memories.save(DEFAULT_TENANT, [fact(me, "备用仓库地址在金桥路")])
     memories.save(DEFAULT_TENANT, [fact(other, "总部仓库地址在虹桥", scope="shared"),
                                    fact(other, "别人的仓库地址在松江")])
-    assert found(memories, me, "仓库地址") == ["仓库地址在张江路", "备用仓库地址在金桥路", "总部仓库地址在虹桥"]
+    my_other_session = Namespace(agent_id=me.agent_id, session_id=me.session_id + "-2")
+    memories.save(DEFAULT_TENANT, [fact(my_other_session, "另一会话的仓库地址在闵行"),
+                                   fact(my_other_session, "代理级的仓库地址在嘉定", scope="agent")])
+    assert found(memories, me, "仓库地址") == ["仓库地址在张江路", "代理级的仓库地址在嘉定", "备用仓库地址在金桥路",
+                                             "总部仓库地址在虹桥"]
     memories.save(DEFAULT_TENANT, [first.model_copy(update={"valid_to": 5, "superseded_by": "later"})])
-    assert found(memories, me, "仓库地址") == ["备用仓库地址在金桥路", "总部仓库地址在虹桥"]
+    assert found(memories, me, "仓库地址") == ["代理级的仓库地址在嘉定", "备用仓库地址在金桥路", "总部仓库地址在虹桥"]
     shared = next(s.memory for s in memories.search(DEFAULT_TENANT, "虹桥", scope_filter(me), limit=5,
-                                                  agent_id=me.agent_id))
+                                                  within=me))
     memories.delete_ids(DEFAULT_TENANT, [shared.id])
-    assert found(memories, me, "仓库地址") == ["备用仓库地址在金桥路"]
+    assert found(memories, me, "仓库地址") == ["代理级的仓库地址在嘉定", "备用仓库地址在金桥路"]
     memories.delete_namespace(DEFAULT_TENANT, me.agent_id, None, None)
     assert found(memories, me, "仓库地址") == []
 
