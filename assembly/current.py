@@ -25,15 +25,16 @@ def stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) 
     where = scope_filter(namespace).and_(Filter("valid_to > 0"))
     # Only a supersede, an update or a delete changes this: the repository remembers it until one happens.
     key = ("stale_values", tenant, where.cache_key())
-    return memories.view(key, lambda: _stale_values(memories, tenant, where))
+    return memories.view(key, lambda: _stale_values(memories, tenant, namespace, where))
 
 
-def _stale_values(memories: MemoryRepository, tenant: str, where: Filter) -> set[str]:
-    old = memories.find(tenant, where, limit=500)
+def _stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace, where: Filter) -> set[str]:
+    old = memories.find(tenant, where, limit=500, within=namespace)
     if not old:
         return set()
     successors = {m.superseded_by for m in old if m.superseded_by}
-    live = {m.id: m for m in memories.find(tenant, Filter("id in {succ}", {"succ": sorted(successors)}), limit=500)}
+    live = {m.id: m for m in memories.find(tenant, Filter("id in {succ}", {"succ": sorted(successors)}), limit=500,
+                                           within=namespace)}
     stale: set[str] = set()
     for memory in old:
         successor = live.get(memory.superseded_by or "")

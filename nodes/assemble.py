@@ -209,7 +209,7 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
 def standing_memories(request: AssembleRequest, deps: Deps) -> list[Memory]:
     """Return identity, constraints, preferences and decisions in force, most important first."""
     where = scope_filter(request).and_(live_filter(False)).and_(kinds_filter(STATE_KINDS, exclude_turns=False))
-    found = deps.providers["memories"].find(deps.tenant, where, limit=200)
+    found = deps.providers["memories"].find(deps.tenant, where, limit=200, within=request)
     return sorted(found, key=lambda m: (-m.importance, -m.updated_at))
 
 

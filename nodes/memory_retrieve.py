@@ -111,7 +111,8 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None)
     where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
              .and_(kinds_filter(request.kinds, exclude_turns=True)))
     if request.key:
-        found = memories.find(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100)
+        found = memories.find(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100,
+                              within=request)
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
         pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))

@@ -28,10 +28,8 @@ from common.models import (
 from nodes.spec import Description, NodeSpec
 from storage.base import Filter
 from storage.memories import (
-    OUTPUT_FIELDS,
     MemoryRepository,
     Stamp,
-    from_record,
     kinds_filter,
     live_filter,
     new_memory_id,
@@ -218,11 +216,11 @@ class Pool:
             stamp = memories.stamp(tenant, namespace.agent_id)
             # Whole rows: a supersede or an update needs the full memory, and a lookup by id scans a large
             # Lite collection (~150 ms at 100k rows).
-            rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(live).and_(
-                kinds_filter(None, exclude_turns=True)), fields=OUTPUT_FIELDS, limit=POOL_LIMIT + 1)
-            if len(rows) <= POOL_LIMIT:
-                pool = cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
-                pool.stored = {row["id"]: from_record(row) for row in rows}
+            found = memories.find(tenant, live.and_(kinds_filter(None, exclude_turns=True)), limit=POOL_LIMIT + 1,
+                                  within=namespace)
+            if len(found) <= POOL_LIMIT:
+                pool = cls(memories, tenant, [known(m) for m in found], namespace, key, stamp)
+                pool.stored = {m.id: m for m in found}
                 return pool
         where = live.and_(kinds_filter(kinds, exclude_turns=False))
         rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
@@ -243,7 +241,8 @@ class Pool:
     def same_key(self, item: MemoryItem) -> list[Memory]:
         """Return the live memories of this item's scope and kind with the same key."""
         if not self.exhaustive:
-            return [m for m in self.memories.find(self.tenant, self._own(item), limit=100) if m.key == item.key]
+            return [m for m in self.memories.find(self.tenant, self._own(item), limit=100, within=self._namespace())
+                    if m.key == item.key]
         return [self.full(m.id) for m in self.live.values()
                 if m.scope == item.scope and m.kind == item.kind and m.key == item.key]
 

@@ -127,6 +127,12 @@ class LocalIndex:
             order = order[np.argsort(-scores[order], kind="stable")]
             return [(self._docs[int(allowed[i])].memory, float(scores[i])) for i in order]
 
+    def select(self, where: Filter) -> list[Memory]:
+        """Return every row matching the filter, in the order they were first put."""
+        with self._lock:
+            mask = self._mask(where)
+            return [doc.memory for doc, keep in zip(self._docs, mask, strict=True) if keep]
+
     def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         arrays = self._arrays.get(term)
         if arrays is None:

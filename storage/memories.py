@@ -181,6 +181,9 @@ class MemoryRepository:
             return now
 
     def _latest_in_session(self, tenant: str, namespace: Namespace) -> int:
+        index = self._local_index(tenant, namespace) if self._exclusive else None
+        if index is not None:  # a new session's first write loads the index its later reads need anyway
+            return max((m.updated_at for m in index.select(session_filter(tenant, namespace))), default=0)
         rows = self.store.query(self.spec.name, session_filter(tenant, namespace),
                                 fields=["updated_at"], limit=16384)
         return max((int(row["updated_at"]) for row in rows), default=0)
@@ -358,11 +361,15 @@ class MemoryRepository:
                 self._archives.move_to_end(key)
                 return archive
             epoch = self._archive_epoch
-        rows = self.store.query(self.spec.name, session_filter(tenant, namespace).and_(Filter('kind == "turn"')),
-                                fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
-        if len(rows) >= QUERY_WINDOW:
-            return None
-        archive = SessionArchive(map(from_record, rows))
+        where = session_filter(tenant, namespace).and_(Filter('kind == "turn"'))
+        index = self._local_index(tenant, namespace)
+        if index is not None:
+            archive = SessionArchive(index.select(where))
+        else:
+            rows = self.store.query(self.spec.name, where, fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
+            if len(rows) >= QUERY_WINDOW:
+                return None
+            archive = SessionArchive(map(from_record, rows))
         with self._cache_lock:
             if epoch == self._archive_epoch:  # no archive write raced the read
                 self._archives[key] = archive
@@ -379,10 +386,20 @@ class MemoryRepository:
                                 fields=OUTPUT_FIELDS, limit=1)
         return from_record(rows[0]) if rows else None
 
-    def find(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
-        """Return memories matching a filter, newest first within the page window."""
-        rows = self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=OUTPUT_FIELDS,
-                                limit=limit, offset=offset)
+    def find(self, tenant: str, where: Filter, *, limit: int, offset: int = 0,
+             within: Namespace | None = None) -> list[Memory]:
+        """Return memories matching a filter, oldest first within the page window.
+
+        With `within`, only rows that namespace's session can read (group_filter); with a Lite file they are
+        then read from the session's in-process index.
+        """
+        flt = tenant_filter(tenant).and_(where)
+        if within is not None:
+            flt = flt.and_(group_filter(within.agent_id, within.session_id))
+            index = self._local_index(tenant, within) if self._exclusive else None
+            if index is not None:
+                return sorted(index.select(flt), key=lambda m: (m.created_at, m.id))[offset: offset + limit]
+        rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)
         return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
 
     def page(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:

@@ -241,8 +241,15 @@ def test_retrieve_answers_the_same_from_memory_and_from_a_server(client: FlaskCl
             for question in questions:
                 body = post(target, "memory_retrieve", {**ns, "query": question, "top_k": 5}).get_json()
                 answers[side].append([m["content"] for m in body["memories"]])
+            by_key = post(target, "memory_retrieve", {**ns, "query": "超时", "key": "超时", "include_superseded": True,
+                                                       "trigger": "always"}).get_json()
+            answers[side].append(sorted(m["content"] for m in by_key["memories"]))
+            snapshot = post(target, "assemble", {**ns, "user_input": "继续", "mode": "snapshot", "max_tokens": 2000})
+            answers[side].append([snapshot.get_json()["memory_text"]])
         assert answers["local"] == answers["server"]
         assert answers["local"][1][0] == "对账接口超时改为45秒"
+        assert answers["local"][-2] == ["对账接口超时改为45秒", "对账接口超时设为30秒"]
+        assert "只接受短信" in answers["local"][-1][0] and "30秒" not in answers["local"][-1][0]
         assert not any("VIP-11111" in text for found_ in answers["local"] for text in found_)
     finally:
         served.extensions["acn"].close()
