@@ -23,11 +23,11 @@ from compaction.rules import (
 )
 from compaction.segments import Turn, user_sentences
 from compaction.similarity import dedupe_keep_latest, numbers_of, same_topic
-from text.similarity import similarity
 from compaction.state import WorkingState, carry_constraints
 from text.numbers import KeyNumber, extract_key_numbers
 from text.pleasantries import is_pleasantry
 from text.sentences import split_sentences
+from text.similarity import similarity
 
 # Statements without a key number are the lossy part of a summary; a pasted document must not turn
 # into dozens of facts. Facts with numbers are never capped.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from common.models import Decision, Segment
 from compaction.key_numbers import build_key_numbers, mark_earlier, union_pairs
 from compaction.render import finish_segment, segment_body
@@ -34,17 +36,22 @@ def merge_group(group: list[Segment], *, tokenizer: Tokenizer, language: str) ->
         id="",
         turn_range=[min(starts, default=0), max(ends, default=0)],
         goal=next((segment.goal for segment in reversed(group) if segment.goal), ""),
-        constraints=dedupe_keep_latest([item for segment in group for item in segment.constraints]),
-        done=dedupe_keep_latest([item for segment in group for item in segment.done]),
-        todo=dedupe_keep_latest([item for segment in group for item in segment.todo]),
+        constraints=_merged(group, lambda segment: segment.constraints),
+        done=_merged(group, lambda segment: segment.done),
+        todo=_merged(group, lambda segment: segment.todo),
         decisions=kept,
-        facts=dedupe_keep_latest([item for segment in group for item in segment.facts]),
+        facts=_merged(group, lambda segment: segment.facts),
     )
     pairs = union_pairs([segment.key_numbers for segment in group])
     pairs = mark_earlier(pairs, superseded, [segment_body(merged)], language)
     merged = merged.model_copy(update={"key_numbers": build_key_numbers(pairs)})
     merged = merged.model_copy(update={"id": segment_id(merged)})
     return finish_segment(merged, language, tokenizer)
+
+
+def _merged(group: list[Segment], items: Callable[[Segment], list[str]]) -> list[str]:
+    """Return one list of the group's items, deduplicated (the oldest segment is often an earlier merge)."""
+    return dedupe_keep_latest([item for segment in group for item in items(segment)], head=len(items(group[0])))
 
 
 def resolve_decisions(decisions: list[Decision]) -> tuple[list[Decision], list[str]]:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
 
 from text.events import topic_key as events_topic_key
-from text.similarity import normalise, shingles, similarity
+from text.similarity import can_reach, normalise, shingle_similarity, shingles
 
 NEAR_DUPLICATE_THRESHOLD = 0.8
 MAX_TOPIC_CHARS = 24
@@ -48,24 +52,90 @@ def numbers_of(text: str) -> list[str]:
     return _DIGITS.findall(text)
 
 
+@dataclass(frozen=True)
+class _Statement:
+    """What the near-duplicate test reads of a statement, computed once."""
+
+    numbers: tuple[str, ...]
+    folded: str
+    grams: frozenset[str]
+
+    @classmethod
+    def of(cls, text: str) -> _Statement:
+        return _statement(text)
+
+
+# Every merge reads the statements of the merged segment again.
+@lru_cache(maxsize=16384)
+def _statement(text: str) -> _Statement:
+    return _Statement(tuple(sorted(numbers_of(text))), normalise(text), shingles(text))
+
+
 def is_near_duplicate(a: str, b: str, threshold: float = NEAR_DUPLICATE_THRESHOLD) -> bool:
     """Return True when two statements say the same thing (same numbers, near-identical wording)."""
+    return _near(_Statement.of(a), _Statement.of(b), threshold)
+
+
+def _near(a: _Statement, b: _Statement, threshold: float) -> bool:
     # "超时30秒" and "超时45秒" look alike but are different values: never merge across numbers.
-    if sorted(numbers_of(a)) != sorted(numbers_of(b)):
+    if a.numbers != b.numbers:
         return False
-    left, right = normalise(a), normalise(b)
+    left, right = a.folded, b.folded
     if left == right or (min(len(left), len(right)) >= 6 and (left in right or right in left)):
         return True
-    return similarity(a, b) >= threshold
+    return can_reach(a.grams, b.grams, threshold) and shingle_similarity(a.grams, b.grams) >= threshold
 
 
-def dedupe_keep_latest(items: list[str]) -> list[str]:
-    """Drop every item that a later item near-duplicates; the survivors keep their order."""
-    kept: list[str] = []
-    for index, item in enumerate(items):
-        if not any(is_near_duplicate(item, later) for later in items[index + 1 :]):
-            kept.append(item)
-    return kept
+def dedupe_keep_latest(items: list[str], *, head: int = 0) -> list[str]:
+    """Drop every item that a later item near-duplicates; the survivors keep their order.
+
+    A merged segment gathers the statements of a whole conversation, and every compaction merges it again with
+    the newest segments. When the first `head` items are a list this function returned before (so no item of
+    it has a later near-duplicate within it), only pairs with a newer item are compared: a compaction then costs
+    the newest statements times the kept ones, not every pair of the conversation.
+    """
+    statements = [_Statement.of(item) for item in items]
+    if head and _was_deduped(items[:head]):
+        older, newer = statements[:head], statements[head:]
+        buckets: dict[tuple[str, ...], list[_Statement]] = {}
+        for statement in newer:
+            buckets.setdefault(statement.numbers, []).append(statement)
+        kept = [item for item, statement in zip(items[:head], older, strict=True)
+                if not any(_near(statement, other, NEAR_DUPLICATE_THRESHOLD)
+                           for other in buckets.get(statement.numbers, ()))]
+        result = kept + _dedupe(items[head:], newer)
+    else:
+        result = _dedupe(items, statements)
+    _remember_deduped(result)
+    return result
+
+
+# Lists this process's dedupe returned, by (hash, length): a merged segment's lists come back at the next merge.
+_DEDUPED: OrderedDict[tuple[int, int], None] = OrderedDict()
+_DEDUPED_KEPT = 4096
+_DEDUPED_LOCK = threading.Lock()
+
+
+def _was_deduped(items: list[str]) -> bool:
+    with _DEDUPED_LOCK:
+        return (hash(tuple(items)), len(items)) in _DEDUPED
+
+
+def _remember_deduped(items: list[str]) -> None:
+    with _DEDUPED_LOCK:
+        _DEDUPED[(hash(tuple(items)), len(items))] = None
+        while len(_DEDUPED) > _DEDUPED_KEPT:
+            _DEDUPED.popitem(last=False)
+
+
+def _dedupe(items: list[str], statements: list[_Statement]) -> list[str]:
+    """Return the items no later item near-duplicates, comparing only items with the same numbers."""
+    by_numbers: dict[tuple[str, ...], list[int]] = {}
+    for index, statement in enumerate(statements):
+        by_numbers.setdefault(statement.numbers, []).append(index)
+    return [item for index, (item, statement) in enumerate(zip(items, statements, strict=True))
+            if not any(_near(statement, statements[j], NEAR_DUPLICATE_THRESHOLD)
+                       for j in by_numbers[statement.numbers] if j > index)]
 
 
 def topic_key(text: str) -> str | None:

@@ -107,3 +107,47 @@ def test_compact_turns_merges_when_segments_exceed_the_limit(tokenizer: Tokenize
     everything = "\n".join(s.text for s in outcome.segments)
     for value in ("ORD-20250317-8821", "12万", "62938471", "2026年6月30日", "45秒", "TR-88213"):
         assert value_present(value, everything), value
+
+
+def _pairwise_dedupe(items: list[str]) -> list[str]:
+    """The definition dedupe_keep_latest implements: drop an item any later item near-duplicates."""
+    from compaction.similarity import is_near_duplicate
+
+    return [item for i, item in enumerate(items) if not any(is_near_duplicate(item, later) for later in items[i + 1:])]
+
+
+def test_dedupe_keeps_what_the_pairwise_definition_keeps() -> None:
+    # Random statements built from a few stems, numbers and tails, so that near-duplicates, substrings and
+    # equal texts with different numbers all occur; the bucketed dedupe must agree with the pairwise one.
+    import random
+
+    from compaction.similarity import dedupe_keep_latest
+
+    rng = random.Random(11)
+    stems = ["对账接口超时设为", "客户要求退款到原卡", "the pool size is now", "部署窗口定在周五晚上", "we agreed to ship on",
+             "客户要求退款到原卡，今天处理"]
+    tails = ["", "秒", " 了", "。", "，已确认", " seconds", "!"]
+    for _ in range(200):
+        items = [rng.choice(stems) + rng.choice(["", str(rng.choice([30, 45, 2025]))]) + rng.choice(tails)
+                 if rng.random() > 0.1 else rng.choice(["。", "!!", "好", "7"]) for _ in range(rng.randint(0, 25))]
+        assert dedupe_keep_latest(items) == _pairwise_dedupe(items)
+
+
+def test_dedupe_after_an_earlier_dedupe_compares_only_newer_items_and_agrees() -> None:
+    # A merged segment's list (an earlier dedupe's result) followed by newer items: the incremental path must
+    # give what the pairwise definition gives for the whole list.
+    import random
+
+    from compaction.similarity import dedupe_keep_latest
+
+    rng = random.Random(12)
+    stems = ["对账接口超时设为", "客户要求退款到原卡", "the pool size is now", "部署窗口定在周五晚上", "we agreed to ship on"]
+    tails = ["", "秒", " 了", "。", "，已确认", "!"]
+
+    def statement() -> str:
+        return rng.choice(stems) + rng.choice(["", str(rng.choice([30, 45]))]) + rng.choice(tails)
+
+    for _ in range(200):
+        older = dedupe_keep_latest([statement() for _ in range(rng.randint(1, 20))])
+        newer = [statement() for _ in range(rng.randint(0, 10))]
+        assert dedupe_keep_latest(older + newer, head=len(older)) == _pairwise_dedupe(older + newer)
