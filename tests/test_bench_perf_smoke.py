@@ -39,7 +39,7 @@ def test_every_node_is_measured_in_process_and_over_http(report: Report) -> None
 
 def test_store_floor_scaling_and_cold_start_rows(report: Report) -> None:
     find(report, "store", "bare pymilvus BM25", "pymilvus", "80")
-    overhead = find(report, "store", "our overhead above the store", "in-process", "80")
+    overhead = find(report, "store", "memory_retrieve above the store's search", "in-process", "80")
     assert overhead.value is not None and math.isfinite(overhead.value)
     for turns in ("2 turns", "4 turns"):
         for name in ("assemble", "record_turn", "full history + tiktoken"):
