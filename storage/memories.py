@@ -14,6 +14,7 @@ from common.models import Memory, Namespace
 from providers.embedders import Embedder
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
 from storage.local_index import LocalIndex
+from storage.predicate import supported
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
 MEMORY_FIELDS = {
@@ -181,7 +182,7 @@ class MemoryRepository:
             return now
 
     def _latest_in_session(self, tenant: str, namespace: Namespace) -> int:
-        index = self._local_index(tenant, namespace) if self._exclusive else None
+        index = self._local_index(tenant, namespace)
         if index is not None:  # a new session's first write loads the index its later reads need anyway
             return max((m.updated_at for m in index.select(session_filter(tenant, namespace))), default=0)
         rows = self.store.query(self.spec.name, session_filter(tenant, namespace),
@@ -396,7 +397,7 @@ class MemoryRepository:
         flt = tenant_filter(tenant).and_(where)
         if within is not None:
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
-            index = self._local_index(tenant, within) if self._exclusive else None
+            index = self._local_index(tenant, within, flt)
             if index is not None:
                 return sorted(index.select(flt), key=lambda m: (m.created_at, m.id))[offset: offset + limit]
         rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)
@@ -433,7 +434,7 @@ class MemoryRepository:
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
         if not query.strip():
             return []
-        index = self._local_index(tenant, within) if within is not None and self._exclusive else None
+        index = self._local_index(tenant, within, flt) if within is not None else None
         vector = self.embedder.embed(query) if self.embedder else None
         if index is not None:
             text_hits = index.search_text(text_query or query, flt, limit)
@@ -458,11 +459,14 @@ class MemoryRepository:
     def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:
         return [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in hits]
 
-    def _local_index(self, tenant: str, namespace: Namespace) -> LocalIndex | None:
+    def _local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None) -> LocalIndex | None:
         """Return the in-memory index of the rows a session can read, loading it on first use (Lite only).
 
-        None when the session can read more rows than one store query returns, or while another thread loads it.
+        None against a server, when `where` uses syntax the index cannot evaluate, when the session can read
+        more rows than one store query returns, or while another thread loads it: the store answers instead.
         """
+        if not self._exclusive or (where is not None and not supported(where)):
+            return None
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._cache_lock:
             index = self._indexes.get(key)

@@ -44,6 +44,15 @@ def predicate(where: Filter) -> Predicate:
     return _compile(where.template)(where.params)
 
 
+def supported(where: Filter) -> bool:
+    """Return True when the filter's syntax is within the grammar (so `predicate` will not refuse it)."""
+    try:
+        _compile(where.template)
+    except UnsupportedFilter:
+        return False
+    return True
+
+
 @lru_cache(maxsize=512)
 def _compile(template: str) -> Compiled:
     tokens = _tokens(template)

@@ -253,3 +253,14 @@ def test_retrieve_answers_the_same_from_memory_and_from_a_server(client: FlaskCl
         assert not any("VIP-11111" in text for found_ in answers["local"] for text in found_)
     finally:
         served.extensions["acn"].close()
+
+
+def test_a_filter_the_index_cannot_evaluate_is_answered_by_the_store(app: Flask, ns: dict[str, str]) -> None:
+    memories: MemoryRepository = app.extensions["acn"].memories
+    me = Namespace(**ns)
+    memories.save(DEFAULT_TENANT, [fact(me, "仓库地址在张江路"), fact(me, "发票抬头是星辰科技")])
+    assert found(memories, me, "仓库") == ["仓库地址在张江路"]  # the session's index is loaded
+    where = scope_filter(me).and_(Filter('content like "发票%"'))
+    assert [m.content for m in memories.find(DEFAULT_TENANT, where, limit=10, within=me)] == ["发票抬头是星辰科技"]
+    hits = memories.search(DEFAULT_TENANT, "发票抬头", where, limit=5, within=me)
+    assert [s.memory.content for s in hits if s.bm25 > 0] == ["发票抬头是星辰科技"]

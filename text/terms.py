@@ -122,6 +122,10 @@ def expand_query(query: str) -> str:
     return f"{query} {' '.join(sorted(extra))}" if extra else query
 
 
+# Texts up to this long keep their BM25 tokens (queries, chat lines); tool output is tokenized each time.
+CACHED_TOKENS_CHARS = 2000
+
+
 def bm25_tokens(text: str) -> tuple[str, ...]:
     """Return the tokens the store's BM25 analyzer makes of a text (jieba search mode, HMM, lower case).
 
@@ -129,11 +133,13 @@ def bm25_tokens(text: str) -> tuple[str, ...]:
     and a query's repeated tokens count once each time they occur; only whitespace is dropped. The in-process
     index (storage/local_index.py) ranks with these tokens, so it must keep in step with that analyzer.
     """
-    return _bm25_tokens(text)
+    return _bm25_tokens_cached(text) if len(text) <= CACHED_TOKENS_CHARS else _bm25_tokens(text)
 
 
-@lru_cache(maxsize=65536)
 def _bm25_tokens(text: str) -> tuple[str, ...]:
     import jieba
 
     return tuple(w.lower() for w in jieba.cut_for_search(text, HMM=True) if w.strip())
+
+
+_bm25_tokens_cached = lru_cache(maxsize=32768)(_bm25_tokens)
