@@ -7,6 +7,9 @@ without the current one, so assembly filters them out here.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 from functools import lru_cache
 
 from common.models import Memory, Namespace, Segment
@@ -70,7 +73,31 @@ def current_segment(segment: Segment, stale: set[str]) -> Segment:
 
 
 def current_segments(segments: list[Segment], stale: set[str], language: str) -> list[Segment]:
-    """Return every segment in its current view, re-rendered (carried goal/constraints shown once)."""
+    """Return every segment in its current view, re-rendered (carried goal/constraints shown once).
+
+    A session's segments change only when it compacts, and every assemble asks again: views are remembered
+    by the segments' ids and texts, the superseded values and the language (do not modify what is returned).
+    """
+    key = (tuple((s.id, s.text) for s in segments), frozenset(stale), language)
+    with _VIEWS_LOCK:
+        cached = _VIEWS.get(key)
+        if cached is not None:
+            _VIEWS.move_to_end(key)
+            return cached
+    rendered = _current_segments(segments, stale, language)
+    with _VIEWS_LOCK:
+        _VIEWS[key] = rendered
+        while len(_VIEWS) > CACHED_SEGMENT_VIEWS:
+            _VIEWS.popitem(last=False)
+    return rendered
+
+
+CACHED_SEGMENT_VIEWS = 256
+_VIEWS: OrderedDict[Hashable, list[Segment]] = OrderedDict()
+_VIEWS_LOCK = threading.Lock()
+
+
+def _current_segments(segments: list[Segment], stale: set[str], language: str) -> list[Segment]:
     views = [current_segment(s, stale) for s in segments]
     rendered = []
     for index, view in enumerate(views):

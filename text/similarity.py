@@ -32,10 +32,20 @@ _normalise_long = lru_cache(maxsize=256)(_normalise)
 
 def shingles(text: str) -> frozenset[str]:
     """Return the character bigrams of the normalised text (the single character when it is one long)."""
+    if len(text) <= SHORT_TEXT_CHARS:
+        return _shingles_short(text)
+    return _shingles_long(text) if len(text) <= LONG_TEXT_CHARS else _shingles(text)
+
+
+def _shingles(text: str) -> frozenset[str]:
     folded = normalise(text)
     if len(folded) < 2:
         return frozenset({folded}) if folded else frozenset()
     return frozenset(folded[i : i + 2] for i in range(len(folded) - 1))
+
+
+_shingles_short = lru_cache(maxsize=16384)(_shingles)
+_shingles_long = lru_cache(maxsize=256)(_shingles)
 
 
 def shingle_similarity(a: frozenset[str], b: frozenset[str]) -> float:
