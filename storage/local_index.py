@@ -19,7 +19,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ CACHED_MASKS = 32
 class _Doc:
     memory: Memory
     row: Record  # the scalar fields filters read
-    terms: Counter[str]
+    terms: Counter[str] | None  # None until the text is tokenized (see index_pending)
     length: int
 
 
@@ -61,14 +61,26 @@ class LocalIndex:
         # Slots written since the index was built, in order: a cached mask re-reads only those.
         self._changes: list[int] = []
         self._masks: dict[Hashable, tuple[int, bytearray]] = {}
+        # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
+        # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
+        self._pending: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._docs)
 
-    def put(self, memory: Memory, record: Record) -> None:
-        """Add a row or replace the row with the same id (record: the store row; `dense` if configured)."""
-        terms = Counter(bm25_tokens(memory.content))
-        doc = _Doc(memory, stored_row(record), terms, sum(terms.values()))
+    def pending(self) -> int:
+        """Return how many rows still wait for their text to be tokenized."""
+        with self._lock:
+            return len(self._pending)
+
+    def put(self, memory: Memory, record: Record, *, tokenize: bool = True) -> None:
+        """Add a row or replace the row with the same id (record: the store row; `dense` if configured).
+
+        With tokenize=False the text is tokenized later: by index_pending, or at the latest by the next
+        search_text. Filters and dense search see the row at once.
+        """
+        terms = Counter(bm25_tokens(memory.content)) if tokenize else None
+        doc = _Doc(memory, stored_row(record), terms, sum(terms.values()) if terms else 0)
         vector = _unit(record.get("dense"), self._dim)
         with self._lock:
             slot = self._slots.get(memory.id)
@@ -79,12 +91,11 @@ class LocalIndex:
             else:
                 self._unpost(slot)
                 self._docs[slot] = doc
-            for term, count in terms.items():
-                self._postings.setdefault(term, {})[slot] = count
-                self._arrays.pop(term, None)
-            self._total_length += doc.length
             self._lengths = _room(self._lengths, slot)
-            self._lengths[slot] = doc.length
+            if terms is None:
+                self._pending.add(slot)
+            else:
+                self._post(slot, doc)
             if self._dim:
                 self._vectors = _room(self._vectors, slot)
                 self._vectors[slot] = vector
@@ -93,9 +104,25 @@ class LocalIndex:
                 self._changes.clear()
                 self._masks.clear()
 
+    def index_pending(self) -> None:
+        """Tokenize the rows written with tokenize=False (outside the lock: searches go on meanwhile)."""
+        with self._lock:
+            work = [(slot, self._docs[slot]) for slot in self._pending]
+        if not work:
+            return
+        done = [(slot, doc, Counter(bm25_tokens(doc.memory.content))) for slot, doc in work]
+        with self._lock:
+            for slot, doc, terms in done:
+                if slot in self._pending and self._docs[slot] is doc:  # not replaced meanwhile
+                    indexed = replace(doc, terms=terms, length=sum(terms.values()))
+                    self._docs[slot] = indexed
+                    self._pending.discard(slot)
+                    self._post(slot, indexed)
+
     def search_text(self, text: str, where: Filter, limit: int) -> list[tuple[Memory, float]]:
         """Return up to `limit` rows matching the filter, by BM25 score for the text (only rows scoring > 0)."""
         query = Counter(bm25_tokens(text))
+        self.index_pending()
         with self._lock:
             if not query or not self._docs:
                 return []
@@ -163,8 +190,18 @@ class LocalIndex:
         self._masks[key] = (len(self._changes), mask)
         return mask
 
+    def _post(self, slot: int, doc: _Doc) -> None:
+        for term, count in (doc.terms or {}).items():
+            self._postings.setdefault(term, {})[slot] = count
+            self._arrays.pop(term, None)
+        self._total_length += doc.length
+        self._lengths[slot] = doc.length
+
     def _unpost(self, slot: int) -> None:
         old = self._docs[slot]
+        if old.terms is None:
+            self._pending.discard(slot)
+            return
         for term in old.terms:
             self._arrays.pop(term, None)
             posting = self._postings.get(term)

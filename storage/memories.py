@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -38,6 +39,7 @@ CACHED_POOLS = 64
 CACHED_INDEXES = 256
 CACHED_INDEX_ROWS = 100_000
 T = TypeVar("T")
+log = logging.getLogger("acn.store")
 Stamp = tuple[int, int, int]
 GroupKey = tuple[str, str, str]  # tenant, agent, session
 
@@ -158,6 +160,10 @@ class MemoryRepository:
         self._indexes: OrderedDict[GroupKey, LocalIndex] = OrderedDict()
         self._loading: dict[GroupKey, list[tuple[Memory, Record]]] = {}
         self._oversized: set[GroupKey] = set()
+        # Indexes with rows whose text a background thread tokenizes (LocalIndex.index_pending).
+        self._untokenized: set[LocalIndex] = set()
+        self._tokenize_wakeup = threading.Event()
+        self._tokenizer: threading.Thread | None = None
 
     def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
@@ -259,9 +265,30 @@ class MemoryRepository:
             index = self._indexes.get(key)
             if index is not None:
                 for memory, record in mine:
-                    index.put(memory, record)
+                    index.put(memory, record, tokenize=False)
+                self._tokenize_later(index)
             if key in self._loading:
                 self._loading[key].extend(mine)
+
+    def _tokenize_later(self, index: LocalIndex) -> None:
+        """Have the background thread tokenize the index's new rows (called with the cache lock held)."""
+        self._untokenized.add(index)
+        if self._tokenizer is None:
+            self._tokenizer = threading.Thread(target=self._tokenize_loop, name="acn-tokenize", daemon=True)
+            self._tokenizer.start()
+        self._tokenize_wakeup.set()
+
+    def _tokenize_loop(self) -> None:
+        while True:
+            self._tokenize_wakeup.wait()
+            self._tokenize_wakeup.clear()
+            with self._cache_lock:
+                work, self._untokenized = list(self._untokenized), set()
+            for index in work:
+                try:
+                    index.index_pending()
+                except Exception:  # the next search tokenizes what is left and reports any error itself
+                    log.exception("tokenizing new rows failed")
 
     def _forget_all(self) -> None:
         with self._cache_lock:

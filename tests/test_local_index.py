@@ -264,3 +264,23 @@ def test_a_filter_the_index_cannot_evaluate_is_answered_by_the_store(app: Flask,
     assert [m.content for m in memories.find(DEFAULT_TENANT, where, limit=10, within=me)] == ["发票抬头是星辰科技"]
     hits = memories.search(DEFAULT_TENANT, "发票抬头", where, limit=5, within=me)
     assert [s.memory.content for s in hits if s.bm25 > 0] == ["发票抬头是星辰科技"]
+
+
+def test_new_rows_are_tokenized_off_the_request_path(fresh_app: Flask) -> None:
+    # A write returns before its text is segmented; a background thread does it, and a search arriving
+    # first does it itself. Either way the row is found.
+    import time
+
+    memories: MemoryRepository = fresh_app.extensions["acn"].memories
+    namespace = Namespace(agent_id="tok", session_id="s")
+    memories.save(DEFAULT_TENANT, [fact(namespace, "第一条：仓库在张江路")])
+    assert found(memories, namespace, "仓库") == ["第一条：仓库在张江路"]  # loads the session's index
+    index = memories._local_index(DEFAULT_TENANT, namespace)
+    assert index is not None
+    memories.save(DEFAULT_TENANT, [fact(namespace, f"第{n}条：发票抬头是星辰科技{n}号") for n in range(2, 40)])
+    deadline = time.monotonic() + 5
+    while index.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert index.pending() == 0
+    memories.save(DEFAULT_TENANT, [fact(namespace, "第四十条：退款走原路")])
+    assert found(memories, namespace, "退款原路") == ["第四十条：退款走原路"]
