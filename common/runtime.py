@@ -52,7 +52,8 @@ class Runtime:
                             flush_interval=settings.flush_interval_seconds).open()
         try:
             memories = MemoryRepository(store, prefix=settings.collection_prefix,
-                                        embedder=load_embedder(settings.embedder))
+                                        embedder=load_embedder(settings.embedder),
+                                        index_rows=settings.local_index_rows)
             memories.open()
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,

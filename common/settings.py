@@ -54,6 +54,13 @@ class Settings(StrictModel):
     flush_interval_seconds: float = Field(
         default=5.0, gt=0, description="Flush the store at least this often while writes are pending."
     )
+    local_index_rows: int = Field(
+        default=50_000, ge=0,
+        description=(
+            "With a Lite file, about how many rows the sessions searched in process may hold in all (~5 KB each; "
+            "least recently used sessions first out). 0 turns the in-process index off: the store answers."
+        ),
+    )
     recency_half_life_hours: float = Field(
         default=72.0, gt=0, description="Half-life of the recency decay used in memory ranking."
     )

@@ -34,10 +34,10 @@ CACHED_ARCHIVES = 256
 CACHED_ARCHIVE_ROWS = 200_000
 CACHED_VIEWS = 1024
 CACHED_POOLS = 64
-# Sessions whose readable rows are searched in memory: at most this many, and about this many rows in all. A
-# session that can read more rows than the store's query window is searched in the store.
+# Sessions whose readable rows are searched in memory: at most this many (and about as many rows in all as the
+# repository is given). A session that can read more rows than the store's query window is searched in the store.
 CACHED_INDEXES = 256
-CACHED_INDEX_ROWS = 100_000
+CACHED_INDEX_ROWS = 50_000
 T = TypeVar("T")
 log = logging.getLogger("acn.store")
 Stamp = tuple[int, int, int]
@@ -131,7 +131,8 @@ def _turn_of(memory: Memory) -> int:
 class MemoryRepository:
     """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
 
-    def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None) -> None:
+    def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
+                 index_rows: int = CACHED_INDEX_ROWS) -> None:
         self.store = store
         self.embedder = embedder
         self.spec = memory_spec(prefix, embedder.dim if embedder else 0)
@@ -160,6 +161,7 @@ class MemoryRepository:
         self._indexes: OrderedDict[GroupKey, LocalIndex] = OrderedDict()
         self._loading: dict[GroupKey, list[tuple[Memory, Record]]] = {}
         self._oversized: set[GroupKey] = set()
+        self._index_rows = index_rows  # 0: no in-process index
         # Indexes with rows whose text a background thread tokenizes (LocalIndex.index_pending).
         self._untokenized: set[LocalIndex] = set()
         self._tokenize_wakeup = threading.Event()
@@ -492,7 +494,7 @@ class MemoryRepository:
         None against a server, when `where` uses syntax the index cannot evaluate, when the session can read
         more rows than one store query returns, or while another thread loads it: the store answers instead.
         """
-        if not self._exclusive or (where is not None and not supported(where)):
+        if not self._exclusive or not self._index_rows or (where is not None and not supported(where)):
             return None
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._cache_lock:
@@ -527,7 +529,7 @@ class MemoryRepository:
                 index.put(memory, record)
             self._indexes[key] = index
             while len(self._indexes) > 1 and (len(self._indexes) > CACHED_INDEXES or sum(
-                    len(kept) for kept in self._indexes.values()) > CACHED_INDEX_ROWS):
+                    len(kept) for kept in self._indexes.values()) > self._index_rows):
                 self._indexes.popitem(last=False)
         return index
 

@@ -284,3 +284,18 @@ def test_new_rows_are_tokenized_off_the_request_path(fresh_app: Flask) -> None:
     assert index.pending() == 0
     memories.save(DEFAULT_TENANT, [fact(namespace, "第四十条：退款走原路")])
     assert found(memories, namespace, "退款原路") == ["第四十条：退款走原路"]
+
+
+def test_the_index_can_be_turned_off(tmp_path: Path, ns: dict[str, str]) -> None:
+    from server import create_app
+
+    app = create_app(make_settings(tmp_path, local_index_rows=0))
+    try:
+        client = app.test_client()
+        write = post(client, "memory_write", {**ns, "items": [{"kind": "fact", "content": "仓库地址在张江路"}]})
+        assert write.status_code == 200
+        body = post(client, "memory_retrieve", {**ns, "query": "仓库地址", "top_k": 3}).get_json()
+        assert [m["content"] for m in body["memories"]] == ["仓库地址在张江路"]
+        assert app.extensions["acn"].memories._indexes == {}
+    finally:
+        app.extensions["acn"].close()
