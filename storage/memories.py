@@ -183,8 +183,12 @@ class MemoryRepository:
         """Return UTC epoch ms, strictly increasing within one session (seed 004 §5.3)."""
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._clock_lock:
-            if key not in self._last_ms:
-                self._last_ms[key] = self._latest_in_session(tenant, namespace)
+            known = key in self._last_ms
+        if not known:  # read outside the lock: a new session's first read must not hold up the others
+            latest = self._latest_in_session(tenant, namespace)
+            with self._clock_lock:
+                self._last_ms[key] = max(self._last_ms.get(key, 0), latest)
+        with self._clock_lock:
             now = max(int(time.time() * 1000), self._last_ms[key] + 1)
             self._last_ms[key] = now
             return now
@@ -257,11 +261,15 @@ class MemoryRepository:
 
     def _index_saved(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
         """Put saved rows into the indexes (and queues of indexes loading) of the sessions that can read them."""
+        by_agent: dict[str, list[tuple[Memory, Record]]] = {}
+        shared: list[tuple[Memory, Record]] = []
+        for memory, record in zip(memories, records, strict=True):
+            (shared if memory.scope == "shared" else by_agent.setdefault(memory.agent_id, [])).append((memory, record))
         for key in (*self._indexes, *self._loading):
-            if key[0] != tenant:
+            if key[0] != tenant or not (shared or key[1] in by_agent):
                 continue
-            mine = [(m, r) for m, r in zip(memories, records, strict=True) if m.scope == "shared" or (
-                m.agent_id == key[1] and (m.scope != "session" or m.session_id == key[2]))]
+            mine = shared + [(m, r) for m, r in by_agent.get(key[1], ())
+                             if m.scope != "session" or m.session_id == key[2]]
             if not mine:
                 continue
             index = self._indexes.get(key)
@@ -511,9 +519,9 @@ class MemoryRepository:
             rows = self.store.query(self.spec.name, tenant_filter(tenant).and_(group_filter(*key[1:])),
                                     fields=fields, limit=QUERY_WINDOW)
             index = LocalIndex(self.spec.dense_dim)
-            if len(rows) < QUERY_WINDOW:
+            if len(rows) < QUERY_WINDOW:  # texts are tokenized by the first text search (or the background)
                 for row in rows:
-                    index.put(from_record(row), row)
+                    index.put(from_record(row), row, tokenize=False)
         except BaseException:
             with self._cache_lock:
                 self._loading.pop(key, None)
@@ -526,8 +534,9 @@ class MemoryRepository:
             if epoch != self._epoch:  # a delete or a failed write raced the load
                 return None
             for memory, record in queued:
-                index.put(memory, record)
+                index.put(memory, record, tokenize=False)
             self._indexes[key] = index
+            self._tokenize_later(index)
             while len(self._indexes) > 1 and (len(self._indexes) > CACHED_INDEXES or sum(
                     len(kept) for kept in self._indexes.values()) > self._index_rows):
                 self._indexes.popitem(last=False)
