@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +29,10 @@ SESSION_FIELDS = {
 # VARCHAR limits are in bytes on Milvus servers: stay well below 65,535 whatever the script.
 CHUNK_BYTES = 60_000
 HEAD = "head"
+# Snapshots longer than this are stored zlib-compressed (base64, marked): a long session's state is mostly
+# repeated JSON structure, every turn writes a version of it, and the store's client converts every character.
+COMPRESS_ABOVE = 4096
+COMPRESSED = "z1:"
 HEAD_CACHE_SIZE = 2048
 SNAPSHOT = "snapshot"
 
@@ -55,6 +61,20 @@ class VersionInfo(StrictModel):
 def session_spec(prefix: str) -> CollectionSpec:
     """Return the sessions collection spec (no text search; a tiny vector keeps Milvus happy)."""
     return CollectionSpec(name=f"{prefix}_sessions", scalar_fields=SESSION_FIELDS, partition_key="tenant")
+
+
+def pack(text: str) -> str:
+    """Return the snapshot text as stored: compressed and marked when long (JSON never starts with the mark)."""
+    if len(text) <= COMPRESS_ABOVE:
+        return text
+    return COMPRESSED + base64.b64encode(zlib.compress(text.encode("utf-8"), 1)).decode("ascii")
+
+
+def unpack(stored: str) -> str:
+    """Return the snapshot text of what pack stored (plain snapshots of earlier versions pass unchanged)."""
+    if not stored.startswith(COMPRESSED):
+        return stored
+    return zlib.decompress(base64.b64decode(stored[len(COMPRESSED):])).decode("utf-8")
 
 
 def chunk_text(text: str, limit: int = CHUNK_BYTES) -> list[str]:
@@ -136,7 +156,7 @@ class SessionRepository:
         rows = rows[: rows[0]["parts"]] if rows else rows
         if not rows or [row["part"] for row in rows] != list(range(rows[0]["parts"])):
             raise NotFoundError(f"session {namespace.session_id!r} has no version {version}")
-        return SessionState.model_validate_json(self.cipher.open("".join(row["chunk"] for row in rows)))
+        return SessionState.model_validate_json(unpack(self.cipher.open("".join(row["chunk"] for row in rows))))
 
     def commit(self, tenant: str, namespace: Namespace, state: SessionState, *, reason: str,
                expected_version: int | None = None) -> SessionState:
@@ -190,7 +210,7 @@ class SessionRepository:
 
     def _snapshot_rows(self, tenant: str, namespace: Namespace, state: SessionState,
                        text: str) -> list[dict[str, Any]]:
-        chunks = chunk_text(self.cipher.seal(text))
+        chunks = chunk_text(self.cipher.seal(pack(text)))
         info = {"reason": state.reason, "turn": state.turn, "buffer_messages": len(state.buffer),
                 "segments": len(state.segments)}
         key = _session_key(tenant, namespace)

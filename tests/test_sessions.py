@@ -115,3 +115,31 @@ def test_snapshot_chunks_are_maximal_whole_character_pieces(text: str, limit: in
     # Each piece but the last is as long as it can be: the next character would not have fitted.
     assert all(len((chunk + following[:1]).encode("utf-8")) > limit for chunk, following in zip(chunks, chunks[1:], strict=False))
     assert all(chunks[:-1])
+
+
+def test_long_snapshots_are_stored_compressed_and_plain_ones_still_read(app: Flask, ns: dict[str, str]) -> None:
+    # A long session's state is written compressed (each turn stores a version of it); snapshots written
+    # plain, as earlier releases did, read back unchanged.
+    from common.auth import DEFAULT_TENANT
+    from common.models import Message, Namespace
+    from storage.sessions import COMPRESSED, SessionState, pack, unpack
+
+    sessions = app.extensions["acn"].sessions
+    namespace = Namespace(**ns)
+    long_state = SessionState(turn=3, buffer=[Message(role="user", content=f"第{i}条：订单A{i:04d}金额{i * 7}元")
+                                              for i in range(400)])
+    with sessions.locked(DEFAULT_TENANT, namespace):
+        written = sessions.commit(DEFAULT_TENANT, namespace, long_state, reason="test")
+    rows = sessions.store.query(sessions.spec.name, sessions._rows(DEFAULT_TENANT, namespace, "snapshot"),
+                                fields=["chunk", "version"], limit=100)
+    stored = "".join(row["chunk"] for row in rows if row["version"] == written.version)
+    assert stored.startswith(COMPRESSED) and len(stored) < len(long_state.model_dump_json()) / 2
+    assert sessions.read(DEFAULT_TENANT, namespace, written.version).buffer == long_state.buffer
+    # A version an earlier release wrote: the plain JSON in the chunk, no mark.
+    old = long_state.model_copy(update={"version": written.version + 1, "turn": 4})
+    old_text = old.model_dump_json()
+    sessions.store.upsert(sessions.spec.name, [sessions._row(
+        DEFAULT_TENANT, namespace, id=f"old-format-{ns['session_id']}", row="snapshot", version=old.version,
+        part=0, parts=1, created_at=1, chunk=old_text, info={})])
+    assert sessions.read(DEFAULT_TENANT, namespace, old.version).turn == 4
+    assert pack('{"version": 1}') == '{"version": 1}' and unpack(pack(old_text)) == old_text
