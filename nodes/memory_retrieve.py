@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
@@ -18,7 +19,7 @@ from storage.memories import Scored, kinds_filter, live_filter, scope_filter
 from text.dates import normalise_date
 from text.lang import detect_language
 from text.query import speaker_names
-from text.terms import content_term_set, content_terms, expand_query, idf_weights
+from text.terms import content_term_set, content_terms, expand_query
 from text.tokens import Tokenizer
 from text.triggers import needs_memory
 
@@ -71,7 +72,7 @@ class RetrievedMemory(Memory):
     score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency.")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: assembly makes one per candidate, and a frozen init costs twice as much
 class Ranked:
     """A stored memory with its score. Ranking hands these on; the response model is built only for what a
     node returns (assembly scores a hundred or more candidates per call and returns the memories)."""
@@ -135,32 +136,48 @@ def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
     embedder, the reciprocal-rank fusion of the BM25 and dense lists; coverage is the IDF-weighted share of the
     query's stemmed content terms found in the memory.
     """
-    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+    if not candidates:
+        return []
+    # Assembly re-scores a hundred or more candidates per call: the signals are computed as arrays.
+    memories = [c.memory for c in candidates]
+    raw_bm25 = np.array([c.bm25 for c in candidates], dtype=np.float64)
+    bm25 = raw_bm25 / (float(raw_bm25.max()) or 1.0)
     hybrid = any(c.dense_rank is not None for c in candidates)
-    names = {str(c.memory.meta["name"]) for c in candidates if c.memory.meta.get("name")}
+    names = {str(m.meta["name"]) for m in memories if m.meta.get("name")}
     speakers = speaker_names(query, names) if query else set()
     query_terms = content_terms(query)
-    documents = [content_term_set(c.memory.content) if query_terms else frozenset[str]() for c in candidates]
-    idf = idf_weights(documents, only=query_terms)
-    unseen = math.log(1 + len(documents) + 0.5)
-    # coverage() per candidate, with the query's weights summed once
-    weights = {term: idf.get(term, unseen) for term in set(query_terms)}
-    total = sum(weights.values())
-    scale = 1 + (COVERAGE_WEIGHT if query_terms else 0) + (SPEAKER_BONUS if speakers else 0)
-    results = []
-    for c, terms in zip(candidates, documents, strict=True):
-        bm25 = c.bm25 / top_bm25
-        covered = sum(weight for term, weight in weights.items() if term in terms) / total if total else 0.0
-        speaker = SPEAKER_BONUS if speakers and spoken_by(c.memory, speakers) else 0.0
-        relevance = ((fused(c) if hybrid else bm25) + COVERAGE_WEIGHT * covered + speaker) / scale
-        age_hours = max(0.0, now_ms - c.memory.updated_at) / 3_600_000
-        recency = 0.5 ** (age_hours / half_life_hours)
-        importance = c.memory.importance / 10
-        score = RELEVANCE_WEIGHT * relevance + SALIENCE_WEIGHT * importance * recency
-        parts = {"relevance": relevance, "bm25": bm25, "dense": c.dense, "importance": importance,
-                 "recency": recency}
-        results.append(Ranked(c.memory, round(score, 4), parts))
-    return results
+    covered = coverage_all(query_terms, memories)
+    relevance = (np.array([fused(c) for c in candidates]) if hybrid else bm25) + COVERAGE_WEIGHT * covered
+    if speakers:
+        relevance += np.array([SPEAKER_BONUS if spoken_by(m, speakers) else 0.0 for m in memories])
+    relevance /= 1 + (COVERAGE_WEIGHT if query_terms else 0) + (SPEAKER_BONUS if speakers else 0)
+    age_hours = np.maximum(0.0, now_ms - np.array([m.updated_at for m in memories], dtype=np.float64)) / 3_600_000
+    recency = 0.5 ** (age_hours / half_life_hours)
+    importance = np.array([m.importance for m in memories], dtype=np.float64) / 10
+    score = RELEVANCE_WEIGHT * relevance + SALIENCE_WEIGHT * importance * recency
+    return [Ranked(memory, round(total, 4), {"relevance": r, "bm25": b, "dense": c.dense, "importance": i,
+                                             "recency": d})
+            for memory, c, total, r, b, i, d in zip(memories, candidates, score.tolist(), relevance.tolist(),
+                                                     bm25.tolist(), importance.tolist(), recency.tolist(), strict=True)]
+
+
+def coverage_all(query_terms: list[str], memories: list[Memory]) -> np.ndarray:
+    """Return, per memory, the IDF-weighted share of the query's distinct content terms it contains.
+
+    IDF is taken over these memories (text.terms.idf_weights); a term none of them has weighs as if it
+    appeared in none of len(memories) + 1 documents.
+    """
+    if not query_terms:
+        return np.zeros(len(memories))
+    documents = [content_term_set(m.content) for m in memories]
+    wanted = list(dict.fromkeys(query_terms))
+    present = np.array([[term in terms for terms in documents] for term in wanted], dtype=np.float64)
+    frequency = present.sum(axis=1)
+    count = len(documents)
+    weights = np.where(frequency > 0, np.log(1 + (count - frequency + 0.5) / (frequency + 0.5)),
+                       math.log(1 + count + 0.5))
+    total = float(weights.sum())
+    return weights @ present / total if total else np.zeros(count)
 
 
 def fused(candidate: Scored) -> float:

@@ -137,7 +137,8 @@ class LocalIndex:
                 idf = repeats * math.log(1 + (count - len(slots) + 0.5) / (len(slots) + 0.5))
                 scores[slots] += idf * tfs * (K1 + 1) / (tfs + norm[slots])
             scores *= np.frombuffer(self._mask(where), dtype=np.uint8)
-            return [(self._docs[slot].memory, float(scores[slot])) for slot in _top(scores, limit)]
+            top = _top(scores, limit)
+            return list(zip([self._docs[slot].memory for slot in top], scores[top].tolist(), strict=True))
 
     def search_dense(self, vector: list[float], where: Filter, limit: int) -> list[tuple[Memory, float]]:
         """Return up to `limit` rows matching the filter, by cosine similarity to the vector."""
@@ -234,7 +235,10 @@ def _room(array: np.ndarray, slot: int) -> np.ndarray:
 def _top(scores: np.ndarray, limit: int) -> list[int]:
     """Return the slots of the `limit` best positive scores, best first (ties: lower slot first)."""
     positive = np.flatnonzero(scores > 0)  # ascending slots: lexsort's last key first, then slot order
-    return [int(slot) for slot in positive[np.lexsort((positive, -scores[positive]))][:limit]]
+    if len(positive) > limit:  # only what reaches the limit-th best score (ties included) needs sorting
+        values = scores[positive]
+        positive = positive[values >= np.partition(values, len(values) - limit)[len(values) - limit]]
+    return positive[np.lexsort((positive, -scores[positive]))][:limit].tolist()
 
 
 def _unit(vector: Any, dim: int) -> np.ndarray:

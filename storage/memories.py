@@ -44,7 +44,7 @@ Stamp = tuple[int, int, int]
 GroupKey = tuple[str, str, str]  # tenant, agent, session
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a search makes one per candidate, and a frozen init costs twice as much
 class Scored:
     """A memory with the raw relevance signals a search produced."""
 
