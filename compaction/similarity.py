@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -81,7 +82,7 @@ def _near(a: _Statement, b: _Statement, threshold: float) -> bool:
     if a.numbers != b.numbers:
         return False
     left, right = a.folded, b.folded
-    if left == right or (min(len(left), len(right)) >= 6 and (left in right or right in left)):
+    if left == right or (min(len(left), len(right)) >= MIN_CONTAINED and (left in right or right in left)):
         return True
     return can_reach(a.grams, b.grams, threshold) and shingle_similarity(a.grams, b.grams) >= threshold
 
@@ -94,20 +95,85 @@ def dedupe_keep_latest(items: list[str], *, head: int = 0) -> list[str]:
     it has a later near-duplicate within it), only pairs with a newer item are compared: a compaction then costs
     the newest statements times the kept ones, not every pair of the conversation.
     """
+    incremental = bool(head) and _was_deduped(items[:head])
+    # A copy is a near-duplicate of its text, so only the last copy of each text can survive; dropping the
+    # others first leaves every item the same later texts. Segments repeat most items (each carries the
+    # constraints in force), and a merge would otherwise compare every copy with every other.
+    last = {item: index for index, item in enumerate(items)}
+    if len(last) < len(items):
+        keep = [index for index, item in enumerate(items) if last[item] == index]
+        head = sum(1 for index in keep if index < head)
+        items = [items[index] for index in keep]
     statements = [_Statement.of(item) for item in items]
-    if head and _was_deduped(items[:head]):
+    if incremental:
         older, newer = statements[:head], statements[head:]
-        buckets: dict[tuple[str, ...], list[_Statement]] = {}
-        for statement in newer:
-            buckets.setdefault(statement.numbers, []).append(statement)
-        kept = [item for item, statement in zip(items[:head], older, strict=True)
-                if not any(_near(statement, other, NEAR_DUPLICATE_THRESHOLD)
-                           for other in buckets.get(statement.numbers, ()))]
+        dropped = _near_any(older, newer, NEAR_DUPLICATE_THRESHOLD)
+        kept = [item for item, gone in zip(items[:head], dropped, strict=True) if not gone]
         result = kept + _dedupe(items[head:], newer)
     else:
         result = _dedupe(items, statements)
     _remember_deduped(result)
     return result
+
+
+def _near_any(older: list[_Statement], newer: list[_Statement], threshold: float) -> list[bool]:
+    """Return, for each older statement, whether some newer one near-duplicates it (exactly `_near`).
+
+    A merge compares the conversation's kept statements (hundreds) with the newest (a few dozen); a pair loop
+    made that the cost of every late compaction. Here equal texts are a set lookup, containment one substring
+    search of the newer texts joined (folded texts hold no separator) or of each older text, and the Dice test
+    runs only for sizes `can_reach` allows, found by bisection.
+    """
+    groups: dict[tuple[str, ...], _Group] = {}
+    for statement in newer:
+        groups.setdefault(statement.numbers, _Group()).add(statement)
+    for group in groups.values():
+        group.seal()
+    result = []
+    for statement in older:
+        group = groups.get(statement.numbers)
+        result.append(group is not None and group.near(statement, threshold))
+    return result
+
+
+class _Group:
+    """Newer statements that share their numbers, indexed for `_near_any`."""
+
+    def __init__(self) -> None:
+        self.statements: list[_Statement] = []
+
+    def add(self, statement: _Statement) -> None:
+        self.statements.append(statement)
+
+    def seal(self) -> None:
+        self.folded = {s.folded for s in self.statements}
+        self.joined = SEPARATOR.join(s.folded for s in self.statements if len(s.folded) >= MIN_CONTAINED)
+        self.long = [s.folded for s in self.statements if len(s.folded) >= MIN_CONTAINED]
+        by_size = sorted((len(s.grams), index) for index, s in enumerate(self.statements) if s.grams)
+        self.sizes = [size for size, _ in by_size]
+        self.by_size = [self.statements[index] for _, index in by_size]
+
+    def near(self, statement: _Statement, threshold: float) -> bool:
+        folded = statement.folded
+        if folded in self.folded:
+            return True
+        if len(folded) >= MIN_CONTAINED and (folded in self.joined or any(other in folded for other in self.long)):
+            return True
+        size = len(statement.grams)
+        if not size:
+            return False
+        # can_reach needs 2·min/(a+b) ≥ threshold: sizes within [size·t/(2−t), size·(2−t)/t] (one wider each
+        # way against rounding; can_reach itself decides).
+        low = bisect_left(self.sizes, size * threshold / (2 - threshold) - 1)
+        high = bisect_right(self.sizes, size * (2 - threshold) / threshold + 1)
+        return any(can_reach(statement.grams, other.grams, threshold)
+                   and shingle_similarity(statement.grams, other.grams) >= threshold
+                   for other in self.by_size[low:high])
+
+
+# Containment counts when the shorter text has at least this many characters (see _near).
+MIN_CONTAINED = 6
+SEPARATOR = "\x00"
 
 
 # Lists this process's dedupe returned, by (hash, length): a merged segment's lists come back at the next merge.

@@ -47,7 +47,7 @@ def working_state(segments: list[Segment]) -> WorkingState:
     """
     goal = next((segment.goal for segment in reversed(segments) if segment.goal), "")
     constraints = segments[-1].constraints if segments else []
-    return WorkingState(goal=goal, constraints=dedupe_keep_latest(list(constraints)))
+    return WorkingState(goal=goal, constraints=dedupe_keep_latest(list(constraints), head=len(constraints)))
 
 
 def has_change_marker(sentence: str) -> bool:
@@ -67,13 +67,15 @@ def supersedes(sentence: str, item: str) -> bool:
 
 def carry_constraints(previous: list[str], new: list[str], user_sentences: list[str]) -> list[str]:
     """Return the previous constraints still in force followed by the new ones, near-duplicates merged."""
+    # Only a sentence with a change marker can supersede: find those once, not once per constraint.
+    changing = [sentence for sentence in user_sentences if has_change_marker(sentence)]
     kept = [
         item
         for item in previous
-        if not any(supersedes(sentence, item) for sentence in user_sentences)
+        if not any(supersedes(sentence, item) for sentence in changing)
         and not any(changes_value(fresh, item) for fresh in new)
     ]
-    return dedupe_keep_latest(kept + new)
+    return dedupe_keep_latest(kept + new, head=len(kept))  # kept: what a dedupe returned, unless filtered
 
 
 def changes_value(fresh: str, old: str) -> bool:

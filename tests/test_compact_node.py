@@ -88,3 +88,22 @@ def test_llm_timeout_falls_back_within_the_timeout(client: FlaskClient, ns: dict
 def test_llm_requested_without_an_endpoint_says_so(client: FlaskClient, ns: dict[str, str]) -> None:
     body = compact(client, ns, messages=MESSAGES[:12], force=True, keep_recent=0, engine="llm")
     assert body["engine_used"] == "extractive" and body["fallback_reason"] == "no LLM endpoint configured"
+
+
+def record(client: FlaskClient, ns: dict[str, str], messages: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+    response = post(client, "record_turn", {**ns, "messages": messages, "compaction": options})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json()
+
+
+def test_a_large_tool_output_compacts_before_a_segment_is_full(client: FlaskClient, ns: dict[str, str]) -> None:
+    options = {"context_window": 2000, "segment_size": 6, "keep_recent": 1}
+    rows = [{"order": f"ORD-{i:05d}", "amount": i * 7, "status": "shipped"} for i in range(300)]
+    first = record(client, ns, [{"role": "user", "content": "查一下我的订单"},
+                                {"role": "tool", "content": str(rows)},
+                                {"role": "assistant", "content": "共300笔订单，都已发货。"}], **options)
+    assert first["compaction"]["reason"] == "nothing_to_compact"  # the turn is the one kept verbatim
+    second = record(client, ns, [{"role": "user", "content": "好的，谢谢"},
+                                 {"role": "assistant", "content": "不客气"}], **options)
+    assert second["compaction"]["compacted"] and second["compaction"]["reason"] == "triggered"
+    assert second["buffer_tokens"] < 800

@@ -151,3 +151,25 @@ def test_dedupe_after_an_earlier_dedupe_compares_only_newer_items_and_agrees() -
         older = dedupe_keep_latest([statement() for _ in range(rng.randint(1, 20))])
         newer = [statement() for _ in range(rng.randint(0, 10))]
         assert dedupe_keep_latest(older + newer, head=len(older)) == _pairwise_dedupe(older + newer)
+
+
+def test_incremental_dedupe_agrees_on_substrings_sizes_and_numbers() -> None:
+    # Statements of varied length from a small vocabulary: near-duplicates at every size ratio, one text inside
+    # another, and short items below the containment length; the indexed older-versus-newer pass must keep
+    # exactly what the pairwise definition keeps.
+    import random
+
+    from compaction.similarity import dedupe_keep_latest
+
+    rng = random.Random(13)
+    words = ["退款", "原卡", "超时", "接口", "部署", "周五", "pool", "size", "ship", "订单", "确认", "客户"]
+
+    def statement() -> str:
+        text = "".join(rng.choice(words) for _ in range(rng.randint(1, 9)))
+        return text + (str(rng.choice([7, 30])) if rng.random() < 0.3 else "")
+
+    for _ in range(300):
+        older = dedupe_keep_latest([statement() for _ in range(rng.randint(0, 30))])
+        newer = [statement() for _ in range(rng.randint(0, 12))]
+        newer += [rng.choice(older)[: rng.randint(1, 12)] for _ in range(2) if older]  # pieces of kept texts
+        assert dedupe_keep_latest(older + newer, head=len(older)) == _pairwise_dedupe(older + newer)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import StoreUnavailableError
 from common.models import Namespace
 from nodes.memory_write import MemoryItem, new_memory
 from providers.embedders import HashEmbedder
 from storage.base import Filter
-from storage.memories import MemoryRepository, kinds_filter, live_filter, scope_filter
-from storage.milvus import MilvusStore
+from storage.memories import MemoryRepository, kinds_filter, live_filter, scope_filter, to_record
+from storage.milvus import MAX_VARCHAR, MilvusStore
 
 
 @pytest.fixture(params=["embedded", "server"])
@@ -90,6 +91,21 @@ def test_filter_values_cannot_inject(store: MilvusStore) -> None:
     except ValueError:  # rendered locally (Lite): the value is refused before any expression is built
         hits = []
     assert hits == []
+
+
+def test_an_over_long_text_is_refused_by_the_store_and_nothing_stored_is_lost(store: MilvusStore) -> None:
+    # The client-side VARCHAR check is off (storage.milvus.skip_client_varchar_check): the store's own
+    # length check must still refuse the row, with a clear error, and leave what is stored alone.
+    repository = repo_for(store)
+    ns = Namespace(agent_id="a", session_id="s")
+    ids = memories_of(ns, ["kept 1"], repository)
+    too_long = new_memory(ns, MemoryItem(kind="fact", content="kept 2"), repository.now_ms("t1", ns))
+    record = {**to_record(too_long, "t1", None), "content": "长" * (MAX_VARCHAR + 1)}
+    with pytest.raises(StoreUnavailableError, match="exceeds max_length"):
+        store.insert(repository.spec.name, [record])
+    assert repository.get("t1", ids[0]) is not None and repository.get("t1", too_long.id) is None
+    repository.save("t1", [too_long])
+    assert repository.get("t1", too_long.id) is not None
 
 
 def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
