@@ -145,3 +145,16 @@ def test_seed_recall_runs_one_session(tmp_path: Path, embedder: str) -> None:
     assert sum(figures.stale["focused"]) == 0
     text = seed_recall.report(figures, "python -m bench.seed_recall --sessions 1", 1, 800)
     assert "| focused |" in text and "| BM25 over raw turns |" in text
+
+
+def test_ingest_bench_times_every_turn_and_counts_compactions() -> None:
+    from bench import ingest
+
+    conversation = locomo.parse(SAMPLE)
+    result = ingest.ingest(conversation, "none")
+    turns = locomo.turns_of(conversation.lines)
+    assert len(result.times) == len(result.compacted) == len(turns) and all(t > 0 for t in result.times)
+    text = ingest.report([result, result], "python -m bench.ingest --limit 1")
+    row = next(line for line in text.splitlines() if line.startswith("| tiny-1 | "))
+    assert row.split(" | ")[1] == str(len(turns)) and row.split(" | ")[6] == str(sum(result.compacted))
+    assert next(line for line in text.splitlines() if line.startswith("| all | ")).split(" | ")[1] == str(2 * len(turns))
