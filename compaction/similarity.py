@@ -124,11 +124,10 @@ def _near_any(older: list[_Statement], newer: list[_Statement], threshold: float
     search of the newer texts joined (folded texts hold no separator) or of each older text, and the Dice test
     runs only for sizes `can_reach` allows, found by bisection.
     """
-    groups: dict[tuple[str, ...], _Group] = {}
+    buckets: dict[tuple[str, ...], list[_Statement]] = {}
     for statement in newer:
-        groups.setdefault(statement.numbers, _Group()).add(statement)
-    for group in groups.values():
-        group.seal()
+        buckets.setdefault(statement.numbers, []).append(statement)
+    groups = {numbers: _Group(members) for numbers, members in buckets.items()}
     result = []
     for statement in older:
         group = groups.get(statement.numbers)
@@ -139,21 +138,16 @@ def _near_any(older: list[_Statement], newer: list[_Statement], threshold: float
 class _Group:
     """Newer statements that share their numbers, indexed for `_near_any`."""
 
-    def __init__(self) -> None:
-        self.statements: list[_Statement] = []
-
-    def add(self, statement: _Statement) -> None:
-        self.statements.append(statement)
-
-    def seal(self) -> None:
-        self.folded = {s.folded for s in self.statements}
-        self.joined = SEPARATOR.join(s.folded for s in self.statements if len(s.folded) >= MIN_CONTAINED)
-        self.long = [s.folded for s in self.statements if len(s.folded) >= MIN_CONTAINED]
-        by_size = sorted((len(s.grams), index) for index, s in enumerate(self.statements) if s.grams)
+    def __init__(self, statements: list[_Statement]) -> None:
+        self.folded = {s.folded for s in statements}
+        self.long = [s.folded for s in statements if len(s.folded) >= MIN_CONTAINED]
+        self.joined = SEPARATOR.join(self.long)
+        by_size = sorted((len(s.grams), index) for index, s in enumerate(statements) if s.grams)
         self.sizes = [size for size, _ in by_size]
-        self.by_size = [self.statements[index] for _, index in by_size]
+        self.by_size = [statements[index] for _, index in by_size]
 
     def near(self, statement: _Statement, threshold: float) -> bool:
+        """Return True when a statement of the group near-duplicates this one (same numbers assumed)."""
         folded = statement.folded
         if folded in self.folded:
             return True
