@@ -98,7 +98,7 @@ def main() -> None:
     args = parser.parse_args()
     conversations = load(args.data, args.limit)
     results = [ingest(c, args.embedder) for c in progress(conversations, desc="conversations")]
-    text = report(results, "python -m bench.ingest " + " ".join(sys.argv[1:]))
+    text = report(results, " ".join(["python -m bench.ingest", *sys.argv[1:]]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)
