@@ -54,6 +54,7 @@ PARAMETER_LABELS = {
     "segment_size": ("Turns per segment", "每段轮数"),
     "keep_recent": ("Recent turns kept", "保留最近轮数"),
     "max_segments": ("Max segments", "最多段数"),
+    "wait_for_segment": ("Wait for a whole segment", "等满一段再压缩"),
     "engine": ("Engine", "压缩引擎"),
     "force": ("Force", "强制压缩"),
     "persist": ("Persist", "保存结果"),

@@ -53,6 +53,11 @@ class CompactOptions(StrictModel):
     segment_size: int = Field(default=6, ge=1, le=50, description="Turns per segment (5–8 recommended).")
     keep_recent: int = Field(default=4, ge=0, le=200, description="Most recent turns kept verbatim.")
     max_segments: int = Field(default=5, ge=1, le=100, description="Above this, the oldest segments merge.")
+    wait_for_segment: bool = Field(
+        default=False, description="Past the trigger, compact only once the old turns fill a segment (unless the "
+        "verbatim turns alone reach half the trigger). When a long session's summary alone is over the trigger, "
+        "this makes one compaction per segment_size turns instead of one per turn (an LLM call per turn with "
+        "engine llm); the waiting turns stay verbatim in the buffer.")
     engine: Literal["extractive", "llm", "auto"] = Field(
         default="extractive", description="extractive (offline, default), llm, or auto (llm when configured).")
     llm: Annotated[LlmOverrides | None, BeforeValidator(parse_json_object_or_null)] = Field(
@@ -80,7 +85,11 @@ class CompactStats(StrictModel):
     numbers_restored: int = Field(description="Numbers the verifier put back into key_numbers.")
 
 
-Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact"]
+# waiting_for_segment: over the trigger with wait_for_segment set, but the old turns do not fill a segment yet.
+Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact", "waiting_for_segment"]
+# Verbatim turns past this share of the trigger are compacted without waiting for a whole segment: then they are
+# what crowds the context (long turns, a large tool output), not the summary.
+PARTIAL_SEGMENT_SHARE = 0.5
 
 
 class CompactResponse(NodeResponse):
@@ -119,7 +128,8 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     tokenizer = deps.tokenizer
     before = history_tokens(state.buffer, state.segments, tokenizer)
     old, recent = split_recent(group_turns(state.buffer, first_turn=first_free_turn(state)), options.keep_recent)
-    reason = decide(options, before, old, force=force)
+    verbatim = before - sum(s.tokens for s in state.segments)
+    reason = decide(options, before, verbatim, old, force=force)
     if reason not in ("forced", "triggered"):
         return state, unchanged_response(state, reason, before)
     to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
@@ -136,15 +146,22 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)
 
 
-def decide(options: CompactOptions, tokens: int, old: list[Turn], *, force: bool) -> Reason:
-    """Return why compaction runs (forced/triggered) or why not."""
+def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn], *, force: bool) -> Reason:
+    """Return why compaction runs (forced/triggered) or why not.
+
+    `tokens` is the whole history (segments and verbatim turns), `verbatim` the turns' share of it.
+    """
     if not old:
         return "nothing_to_compact"
     if force:
         return "forced"
-    if tokens >= options.trigger_ratio * options.context_window:
-        return "triggered"
-    return "below_trigger"
+    trigger = options.trigger_ratio * options.context_window
+    if tokens < trigger:
+        return "below_trigger"
+    if (options.wait_for_segment and len(old) < options.segment_size
+            and verbatim < trigger * PARTIAL_SEGMENT_SHARE):
+        return "waiting_for_segment"
+    return "triggered"
 
 
 def whole_segments(old: list[Turn], segment_size: int) -> list[Turn]:

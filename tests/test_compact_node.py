@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
@@ -94,6 +95,28 @@ def record(client: FlaskClient, ns: dict[str, str], messages: list[dict[str, Any
     response = post(client, "record_turn", {**ns, "messages": messages, "compaction": options})
     assert response.status_code == 200, response.get_data(as_text=True)
     return response.get_json()
+
+
+def numbered_turn(i: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"第{i}笔：把{i}万转到账户{6293000 + i}，截止2026年{i % 12 + 1}月{i % 28 + 1}日"},
+            {"role": "assistant", "content": f"好的，第{i}笔已登记，编号ORD-{20250000 + i}。"}]
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_wait_for_segment_compacts_whole_segments_once_the_summary_is_over_the_trigger(
+        client: FlaskClient, ns: dict[str, str], wait: bool) -> None:
+    # Every turn carries numbers, so the summary grows until it alone is over the trigger (1,200 tokens); from
+    # then on every turn is over it. By default each turn then compacts; waiting, only whole segments do.
+    options = {"context_window": 3000, "segment_size": 6, "keep_recent": 2, "wait_for_segment": wait}
+    reasons = [record(client, ns, numbered_turn(i), **options)["compaction"]["reason"] for i in range(1, 61)]
+    segments = post(client, "session_state", ns).get_json()["segments"]
+    spans = [last - first + 1 for first, last in (s["turn_range"] for s in segments)]
+    if wait:
+        assert "waiting_for_segment" in reasons and 4 <= reasons.count("triggered") <= 60 // 6 + 1
+        assert all(span % 6 == 0 for span in spans)  # never a partial segment
+    else:
+        assert "waiting_for_segment" not in reasons and reasons[-6:] == ["triggered"] * 6
+    assert all(f"ORD-{20250000 + i}" in str(segments) for i in range(1, 30))  # compacted turns kept their IDs
 
 
 def test_a_large_tool_output_compacts_before_a_segment_is_full(client: FlaskClient, ns: dict[str, str]) -> None:
