@@ -97,7 +97,9 @@ def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKi
     """Return the top_k memories for the query, scored exactly as memory_retrieve does."""
     request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
                                     user_id=namespace.user_id, query=query, kinds=kinds, top_k=min(top_k, 50))
-    return rank(request, deps, pool=min(max(top_k, MIN_POOL), MAX_POOL))[:top_k]
+    # Distinct: the layer shows a text once anyway, so copies (a question asked again, a repeated tool line)
+    # would only take the pool's places from other candidates and their neighbours.
+    return rank(request, deps, pool=min(max(top_k, MIN_POOL), MAX_POOL), distinct=True)[:top_k]
 
 
 def point_back(events: list[Ranked], turns: list[Ranked]) -> tuple[list[Ranked], list[Ranked]]:

@@ -106,7 +106,8 @@ def run(request: MemoryRetrieveRequest, deps: Deps) -> MemoryRetrieveResponse:
     return MemoryRetrieveResponse(memories=chosen, text=text, triggered=True, tokens=deps.tokenizer.count(text))
 
 
-def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None) -> list[Ranked]:
+def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
+         distinct: bool = False) -> list[Ranked]:
     """Return scored memories, best first, above min_score; `pool` candidates per search list."""
     memories = repository(deps)
     where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
@@ -118,7 +119,7 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None)
     else:
         pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
         candidates = memories.search(deps.tenant, request.query, where, limit=pool,
-                                     text_query=expand_query(request.query), within=request)
+                                     text_query=expand_query(request.query), within=request, distinct=distinct)
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours

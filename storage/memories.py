@@ -16,6 +16,7 @@ from providers.embedders import Embedder
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
 from storage.local_index import LocalIndex
 from storage.predicate import supported
+from text.similarity import normalise
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
 MEMORY_FIELDS = {
@@ -122,6 +123,30 @@ class SessionArchive:
     def of_turns(self, turns: Iterable[int]) -> list[Memory]:
         """Return the messages of the given turns."""
         return [m for turn in turns for m in self.by_turn.get(turn, {}).values()]
+
+
+# A distinct search reads this many times its limit, so that copies of one text do not leave it short.
+DISTINCT_FETCH = 3
+
+
+def one_per_text(hits: list[tuple[Memory, float]], limit: int) -> list[tuple[Memory, float]]:
+    """Return at most `limit` hits, one per text (folded as text.similarity.normalise folds it).
+
+    Copies of a text score alike; the newest copy stands at the best copy's place, since a repeated line is as
+    recent as its last repetition.
+    """
+    place: dict[str, int] = {}
+    kept: list[tuple[Memory, float]] = []
+    for memory, score in hits:
+        key = normalise(memory.content)
+        at = place.get(key)
+        if at is None:
+            if len(kept) < limit:
+                place[key] = len(kept)
+                kept.append((memory, score))
+        elif memory.updated_at > kept[at][0].updated_at:
+            kept[at] = (memory, kept[at][1])
+    return kept
 
 
 def _turn_of(memory: Memory) -> int:
@@ -458,13 +483,15 @@ class MemoryRepository:
         return len(self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=["id"], limit=16384))
 
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
-               text_query: str | None = None, within: Namespace | None = None) -> list[Scored]:
+               text_query: str | None = None, within: Namespace | None = None,
+               distinct: bool = False) -> list[Scored]:
         """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
 
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
         With `within`, only the rows that namespace's session can read are searched (group_filter); with a Lite
-        file they are then searched in memory (storage/local_index.py).
+        file they are then searched in memory (storage/local_index.py). With `distinct`, each list holds one
+        copy of a text (one_per_text): a line repeated across a session takes one place, not many.
         """
         flt = tenant_filter(tenant).and_(where)
         if within is not None:
@@ -473,15 +500,20 @@ class MemoryRepository:
             return []
         index = self._local_index(tenant, within, flt) if within is not None else None
         vector = self.embedder.embed(query) if self.embedder else None
+        text_limit, vector_limit = limit, dense_limit or limit
+        fetch = DISTINCT_FETCH if distinct else 1
         if index is not None:
-            text_hits = index.search_text(text_query or query, flt, limit)
-            dense_hits = index.search_dense(vector, flt, dense_limit or limit) if vector is not None else []
+            text_hits = index.search_text(text_query or query, flt, text_limit * fetch)
+            dense_hits = index.search_dense(vector, flt, vector_limit * fetch) if vector is not None else []
         else:
             text_hits = self._store_hits(self.store.search_text(
-                self.spec.name, text_query or query, limit=limit, where=flt, fields=OUTPUT_FIELDS))
+                self.spec.name, text_query or query, limit=min(text_limit * fetch, QUERY_WINDOW), where=flt,
+                fields=OUTPUT_FIELDS))
             dense_hits = self._store_hits(self.store.search_dense(
-                self.spec.name, vector, limit=dense_limit or limit, where=flt,
+                self.spec.name, vector, limit=min(vector_limit * fetch, QUERY_WINDOW), where=flt,
                 fields=OUTPUT_FIELDS)) if vector is not None else []
+        if distinct:
+            text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
         found: dict[str, Scored] = {}
         for position, (memory, score) in enumerate(text_hits, start=1):
             found[memory.id] = Scored(memory, bm25=score, bm25_rank=position if score > 0 else None)
