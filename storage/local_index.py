@@ -57,6 +57,9 @@ class LocalIndex:
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._total_length = 0
         self._lengths = np.zeros(0, dtype=np.float64)
+        # One id per distinct text, per slot: a distinct search keeps one copy of a text (see _distinct_top).
+        self._text_ids = np.zeros(0, dtype=np.int64)
+        self._text_id_of: dict[str, int] = {}
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         # Slots written since the index was built, in order: a cached mask re-reads only those.
         self._changes: list[int] = []
@@ -92,6 +95,8 @@ class LocalIndex:
                 self._unpost(slot)
                 self._docs[slot] = doc
             self._lengths = _room(self._lengths, slot)
+            self._text_ids = _room(self._text_ids, slot)
+            self._text_ids[slot] = self._text_id_of.setdefault(memory.content, len(self._text_id_of))
             if terms is None:
                 self._pending.add(slot)
             else:
@@ -119,8 +124,12 @@ class LocalIndex:
                     self._pending.discard(slot)
                     self._post(slot, indexed)
 
-    def search_text(self, text: str, where: Filter, limit: int) -> list[tuple[Memory, float]]:
-        """Return up to `limit` rows matching the filter, by BM25 score for the text (only rows scoring > 0)."""
+    def search_text(self, text: str, where: Filter, limit: int, *,
+                    distinct: bool = False) -> list[tuple[Memory, float]]:
+        """Return up to `limit` rows matching the filter, by BM25 score for the text (only rows scoring > 0).
+
+        With `distinct`, one row per text: the best-scoring copy, the newest of equally scoring ones.
+        """
         query = Counter(bm25_tokens(text))
         self.index_pending()
         with self._lock:
@@ -137,11 +146,17 @@ class LocalIndex:
                 idf = repeats * math.log(1 + (count - len(slots) + 0.5) / (len(slots) + 0.5))
                 scores[slots] += idf * tfs * (K1 + 1) / (tfs + norm[slots])
             scores *= np.frombuffer(self._mask(where), dtype=np.uint8)
+            if distinct:
+                positive = np.flatnonzero(scores > 0)
+                top = _distinct_top(positive, scores[positive], limit, self._text_ids)
+                return list(zip([self._docs[slot].memory for slot in top], scores[top].tolist(), strict=True))
             top = _top(scores, limit)
             return list(zip([self._docs[slot].memory for slot in top], scores[top].tolist(), strict=True))
 
-    def search_dense(self, vector: list[float], where: Filter, limit: int) -> list[tuple[Memory, float]]:
-        """Return up to `limit` rows matching the filter, by cosine similarity to the vector."""
+    def search_dense(self, vector: list[float], where: Filter, limit: int, *,
+                     distinct: bool = False) -> list[tuple[Memory, float]]:
+        """Return up to `limit` rows matching the filter, by cosine similarity to the vector (`distinct`: as in
+        search_text)."""
         query = _unit(vector, self._dim)
         with self._lock:
             if not self._dim or not self._docs:
@@ -150,6 +165,9 @@ class LocalIndex:
             if not len(allowed):
                 return []
             scores = self._vectors[allowed] @ query
+            if distinct:
+                picked = _distinct_top(allowed, scores, limit, self._text_ids)
+                return [(self._docs[slot].memory, float(self._vectors[slot] @ query)) for slot in picked]
             order = np.argsort(-scores, kind="stable")[:limit] if len(allowed) <= limit else \
                 np.argpartition(-scores, limit - 1)[:limit]
             order = order[np.argsort(-scores[order], kind="stable")]
@@ -239,6 +257,33 @@ def _top(scores: np.ndarray, limit: int) -> list[int]:
         values = scores[positive]
         positive = positive[values >= np.partition(values, len(values) - limit)[len(values) - limit]]
     return positive[np.lexsort((positive, -scores[positive]))][:limit].tolist()
+
+
+def _distinct_top(slots: np.ndarray, values: np.ndarray, limit: int, text_ids: np.ndarray) -> list[int]:
+    """Return up to `limit` of the slots, best value first, one per text id (ties: the newest slot first).
+
+    Only the slots reaching the (DISTINCT_FETCH × limit)-th best value are sorted, unless copies leave fewer
+    than `limit` texts among them.
+    """
+    wanted = DISTINCT_FETCH * limit
+    if len(slots) > wanted:
+        threshold = np.partition(values, len(values) - wanted)[len(values) - wanted]
+        near = values >= threshold
+        picked = _first_per_text(slots[near], values[near], text_ids)
+        if len(picked) >= limit:
+            return picked[:limit]
+    return _first_per_text(slots, values, text_ids)[:limit]
+
+
+def _first_per_text(slots: np.ndarray, values: np.ndarray, text_ids: np.ndarray) -> list[int]:
+    order = np.lexsort((-slots, -values))  # best value first; among equal values the newest slot
+    ranked = slots[order]
+    _, first = np.unique(text_ids[ranked], return_index=True)
+    return ranked[np.sort(first)].tolist()
+
+
+# A distinct search sorts this many times its limit first (copies of one text rank together).
+DISTINCT_FETCH = 3
 
 
 def _unit(vector: Any, dim: int) -> np.ndarray:

@@ -14,9 +14,8 @@ from typing import Any, TypeVar
 from common.models import Memory, Namespace
 from providers.embedders import Embedder
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
-from storage.local_index import LocalIndex
+from storage.local_index import DISTINCT_FETCH, LocalIndex
 from storage.predicate import supported
-from text.similarity import normalise
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
 MEMORY_FIELDS = {
@@ -125,27 +124,19 @@ class SessionArchive:
         return [m for turn in turns for m in self.by_turn.get(turn, {}).values()]
 
 
-# A distinct search reads this many times its limit, so that copies of one text do not leave it short.
-DISTINCT_FETCH = 3
-
-
 def one_per_text(hits: list[tuple[Memory, float]], limit: int) -> list[tuple[Memory, float]]:
-    """Return at most `limit` hits, one per text (folded as text.similarity.normalise folds it).
-
-    Copies of a text score alike; the newest copy stands at the best copy's place, since a repeated line is as
-    recent as its last repetition.
-    """
+    """Return at most `limit` hits, best first, one per text: the best-scoring copy, the newest of equally
+    scoring ones (a repeated line is as recent as its last repetition). As LocalIndex's distinct search."""
     place: dict[str, int] = {}
     kept: list[tuple[Memory, float]] = []
     for memory, score in hits:
-        key = normalise(memory.content)
-        at = place.get(key)
+        at = place.get(memory.content)
         if at is None:
             if len(kept) < limit:
-                place[key] = len(kept)
+                place[memory.content] = len(kept)
                 kept.append((memory, score))
-        elif memory.updated_at > kept[at][0].updated_at:
-            kept[at] = (memory, kept[at][1])
+        elif score == kept[at][1] and memory.updated_at > kept[at][0].updated_at:
+            kept[at] = (memory, score)
     return kept
 
 
@@ -501,19 +492,19 @@ class MemoryRepository:
         index = self._local_index(tenant, within, flt) if within is not None else None
         vector = self.embedder.embed(query) if self.embedder else None
         text_limit, vector_limit = limit, dense_limit or limit
-        fetch = DISTINCT_FETCH if distinct else 1
         if index is not None:
-            text_hits = index.search_text(text_query or query, flt, text_limit * fetch)
-            dense_hits = index.search_dense(vector, flt, vector_limit * fetch) if vector is not None else []
+            text_hits = index.search_text(text_query or query, flt, text_limit, distinct=distinct)
+            dense_hits = index.search_dense(vector, flt, vector_limit, distinct=distinct) if vector is not None else []
         else:
+            fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
             text_hits = self._store_hits(self.store.search_text(
                 self.spec.name, text_query or query, limit=min(text_limit * fetch, QUERY_WINDOW), where=flt,
                 fields=OUTPUT_FIELDS))
             dense_hits = self._store_hits(self.store.search_dense(
                 self.spec.name, vector, limit=min(vector_limit * fetch, QUERY_WINDOW), where=flt,
                 fields=OUTPUT_FIELDS)) if vector is not None else []
-        if distinct:
-            text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
+            if distinct:
+                text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
         found: dict[str, Scored] = {}
         for position, (memory, score) in enumerate(text_hits, start=1):
             found[memory.id] = Scored(memory, bm25=score, bm25_rank=position if score > 0 else None)

@@ -299,3 +299,27 @@ def test_the_index_can_be_turned_off(tmp_path: Path, ns: dict[str, str]) -> None
         assert app.extensions["acn"].memories._indexes == {}
     finally:
         app.extensions["acn"].close()
+
+
+def test_a_distinct_index_search_keeps_what_one_per_text_keeps_of_the_full_ranking() -> None:
+    # Texts of different lengths (no two score alike), each stored a few times: the index's distinct search
+    # and one_per_text over the plain ranking pick the same copies in the same order, text and dense.
+    from providers.embedders import HashEmbedder
+    from storage.memories import one_per_text
+
+    embedder, rng = HashEmbedder(), random.Random(21)
+    texts = [f"退款 refund {'原卡 ' * n}note {n}" for n in range(1, 13)]
+    index = LocalIndex(embedder.dim)
+    for i in range(80):
+        text = rng.choice(texts)
+        memory = Memory(id=f"d{i:03d}", kind="turn", content=text, scope="session", agent_id="a",
+                        session_id="s", created_at=i, updated_at=i, version=1, importance=3.0)
+        index.put(memory, {**to_record(memory, "t1", None), "dense": embedder.embed(text)})
+    everything = Filter("")
+    for limit in (1, 3, 5, 12, 20):
+        plain = index.search_text("退款 原卡", everything, 100)
+        assert index.search_text("退款 原卡", everything, limit, distinct=True) == one_per_text(plain, limit)
+        vector = embedder.embed("refund 原卡 note")
+        dense = index.search_dense(vector, everything, 100)
+        assert [m.id for m, _ in index.search_dense(vector, everything, limit, distinct=True)] == \
+            [m.id for m, _ in one_per_text(dense, limit)]

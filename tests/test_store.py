@@ -176,24 +176,23 @@ def test_a_row_just_written_is_found_while_flushes_run(tmp_path: Path) -> None:
 def test_a_distinct_search_keeps_one_copy_of_a_text_and_fills_its_limit_with_others(store: MilvusStore) -> None:
     repository = repo_for(store)
     ns = Namespace(agent_id="a", session_id="s")
-    memories_of(ns, ["退款到原卡，退款到原卡"] * 6, repository)  # copies, saved oldest first
-    newest = memories_of(ns, ["退款到原卡，退款到原卡！"], repository)[0]  # the same text, folded
+    copies = [memories_of(ns, ["退款到原卡，退款到原卡"], repository)[0] for _ in range(6)]  # saved oldest first
     memories_of(ns, ["退款金额239元", "退款要三天", "物流到了"], repository)
     plain = repository.search("t1", "退款", scope_filter(ns), limit=3, within=ns)
     assert [h.memory.content for h in plain].count("退款到原卡，退款到原卡") >= 2
     distinct = repository.search("t1", "退款", scope_filter(ns), limit=3, within=ns, distinct=True)
     texts = [h.memory.content for h in distinct]
     assert len(texts) == 3 and sorted(texts[1:]) == ["退款要三天", "退款金额239元"]
-    assert distinct[0].memory.id == newest  # the copies' place, the newest copy
+    assert distinct[0].memory.id == copies[-1]  # the copies' place, held by the newest copy
 
 
-def test_one_per_text_places_the_newest_copy_where_the_best_copy_ranked() -> None:
+def test_one_per_text_keeps_the_best_copy_and_the_newest_of_equal_ones() -> None:
     from storage.memories import one_per_text
 
     ns = Namespace(agent_id="a", session_id="s")
     made = [new_memory(ns, MemoryItem(kind="fact", content=text), now) for text, now in
-            [("Refund to card", 1), ("other", 2), ("refund to card!", 3), ("third", 4), ("fourth", 5)]]
-    hits = [(m, 1.0 - i / 10) for i, m in enumerate(made)]
-    kept = one_per_text(hits, 3)
-    assert [m.content for m, _ in kept] == ["refund to card!", "other", "third"]
-    assert [score for _, score in kept] == [1.0, 0.9, 0.7]
+            [("refund", 1), ("other", 2), ("refund", 3), ("third", 4), ("other", 5), ("fourth", 6)]]
+    scores = [0.9, 0.8, 0.9, 0.7, 0.6, 0.5]
+    kept = one_per_text(list(zip(made, scores, strict=True)), 3)
+    assert [(m.content, m.updated_at, score) for m, score in kept] == [
+        ("refund", 3, 0.9), ("other", 2, 0.8), ("third", 4, 0.7)]  # an older "other" scored higher: it stays
