@@ -230,6 +230,13 @@ def conversation_turn(turn: int) -> list[dict[str, Any]]:
     return turn_messages((turn - 1) % 60 + 1)
 
 
+def unrepeated_turn(turn: int) -> list[dict[str, Any]]:
+    """Return turn n of the same conversation with every text made unique (its round of the scenario appended):
+    a long session in which no line repeats, so that retrieval's candidate pool fills with distinct texts."""
+    rounds = (turn - 1) // 60 + 1
+    return [{**m, "content": f"{m['content']} (#{rounds})"} if m.get("content") else m for m in conversation_turn(turn)]
+
+
 def flat(turns: int, first: int = 1) -> list[dict[str, Any]]:
     return [message for turn in range(first, first + turns) for message in conversation_turn(turn)]
 
@@ -465,15 +472,24 @@ def scaling_rows(app: Flask, config: Config) -> list[Row]:
                     for i in range(math.ceil(config.scaling_probes / per_session[n]))] for n in lengths}
     builds = [(s, t) for n in lengths for s in sessions[n] for t in range(1, n + 1)]
     say(f"scaling: recording {len(builds):,} turns into sessions of {', '.join(f'{n:,}' for n in lengths)} turns")
+    low, high = min(lengths), max(lengths)
+    # The repeated scenario repeats its lines; a session of the longest length whose lines never repeat shows
+    # the cost when the candidate pool fills with distinct texts (key -high below).
+    unique = {"agent_id": "bench-scale", "session_id": f"u{high}"}
+    builds += [(unique, -t) for t in range(1, high + 1)]
     for session, turn in progress(builds, total=len(builds), desc="build sessions"):
-        transport.post("record_turn", {**session, "messages": conversation_turn(turn)})
+        messages = conversation_turn(turn) if turn > 0 else unrepeated_turn(-turn)
+        transport.post("record_turn", {**session, "messages": messages})
     # Assemble does not lengthen a session: every length is asked in one session, so each figure is a warm
     # session's (the first, untimed call of each pays for loading what the process keeps of the session).
-    times, answers = round_robin(transport, "assemble", {
-        n: [ask(sessions[n][0], i) for i in range(config.assemble_calls + 1)] for n in lengths})
+    asked = {n: [ask(sessions[n][0], i) for i in range(config.assemble_calls + 1)] for n in lengths}
+    asked[-high] = [ask(unique, i) for i in range(config.assemble_calls + 1)]
+    times, answers = round_robin(transport, "assemble", asked)
     rows = [Row("scaling", "assemble", "in-process", f"{n:,} turns", times[n][1:],
                 f"→ {answers[n]['tokens']['total']:,} tokens", target=ASSEMBLE_50 if n == 50 else None)
             for n in lengths]
+    rows.append(Row("scaling", "assemble, no line repeated", "in-process", f"{high:,} turns", times[-high][1:],
+                    f"→ {answers[-high]['tokens']['total']:,} tokens"))
     rows += [Row("scaling", "assemble, first call in the session", "in-process", f"{n:,} turns", times[n][:1],
                  "reads what the process does not keep yet (superseded values, archive)") for n in lengths]
     probes = {n: [{**sessions[n][k // per_session[n]], "messages": turn_messages(k % PROBE_TURNS + 1)}
@@ -482,12 +498,16 @@ def scaling_rows(app: Flask, config: Config) -> list[Row]:
     rows += [Row("scaling", "record_turn", "in-process", f"{n:,} turns", times[n], f"turn {n + 1:,}") for n in lengths]
     rows += [full_history_row(tokenizer, n, config.assemble_calls) for n in lengths]
     transport.delete_agent("bench-scale")
-    low, high = min(lengths), max(lengths)
     for name in ("assemble", "record_turn", "full history + tiktoken"):
         by_turns = {r.scale: r.p50 for r in rows if r.name == name}
         rows.append(Row("scaling", f"{name} t({high:,})/t({low})", "in-process", f"{low}→{high:,} turns",
                         value=by_turns[f"{high:,} turns"] / by_turns[f"{low:,} turns"], unit="×", detail="ratio of p50",
                         target=RATIO if name != "full history + tiktoken" else None))
+    unrepeated = next(r.p50 for r in rows if r.name == "assemble, no line repeated")
+    shortest = next(r.p50 for r in rows if r.name == "assemble" and r.scale == f"{low:,} turns")
+    rows.append(Row("scaling", f"assemble, no line repeated t({high:,})/t({low})", "in-process",
+                    f"{low}→{high:,} turns", value=unrepeated / shortest, unit="×",
+                    detail="ratio of p50; the pool fills with distinct candidates"))
     return rows
 
 
