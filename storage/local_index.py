@@ -149,8 +149,8 @@ class LocalIndex:
             if distinct:
                 positive = np.flatnonzero(scores > 0)
                 top = _distinct_top(positive, scores[positive], limit, self._text_ids)
-                return list(zip([self._docs[slot].memory for slot in top], scores[top].tolist(), strict=True))
-            top = _top(scores, limit)
+            else:
+                top = _top(scores, limit)
             return list(zip([self._docs[slot].memory for slot in top], scores[top].tolist(), strict=True))
 
     def search_dense(self, vector: list[float], where: Filter, limit: int, *,
@@ -167,7 +167,8 @@ class LocalIndex:
             scores = self._vectors[allowed] @ query
             if distinct:
                 picked = _distinct_top(allowed, scores, limit, self._text_ids)
-                return [(self._docs[slot].memory, float(self._vectors[slot] @ query)) for slot in picked]
+                at = np.searchsorted(allowed, picked)  # allowed is ascending: where each picked slot's score is
+                return list(zip([self._docs[slot].memory for slot in picked], scores[at].tolist(), strict=True))
             order = np.argsort(-scores, kind="stable")[:limit] if len(allowed) <= limit else \
                 np.argpartition(-scores, limit - 1)[:limit]
             order = order[np.argsort(-scores[order], kind="stable")]
