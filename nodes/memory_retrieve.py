@@ -165,8 +165,8 @@ def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
 def coverage_all(query_terms: list[str], memories: list[Memory]) -> np.ndarray:
     """Return, per memory, the IDF-weighted share of the query's distinct content terms it contains.
 
-    IDF is taken over these memories (text.terms.idf_weights); a term none of them has weighs as if it
-    appeared in none of len(memories) + 1 documents.
+    IDF is taken over these memories, ln(1 + (N - df + 0.5) / (df + 0.5)); a term none of them has weighs
+    ln(1 + N + 0.5).
     """
     if not query_terms:
         return np.zeros(len(memories))

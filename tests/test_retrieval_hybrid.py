@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,14 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from assembly.recall import NEIGHBOUR_SPAN
+from common.models import Memory
+from nodes.memory_retrieve import coverage_all
 from providers.embedders import UniversalSentenceEncoder, load_embedder
 from server import create_app
 from tests.conftest import make_settings, post
 from text.dates import normalise_date
 from text.query import resolve_back_reference, speaker_names
-from text.terms import content_terms, coverage, idf_weights, stem
+from text.terms import content_terms, stem
 
 
 def test_stems_meet_across_inflections() -> None:
@@ -27,13 +30,33 @@ def test_stems_meet_across_inflections() -> None:
     assert "超时" in content_terms("对账接口的超时现在是多少？")
 
 
+def _memories(texts: tuple[str, ...]) -> list[Memory]:
+    return [Memory(id=f"m{i}", kind="fact", content=t, scope="session", agent_id="a", session_id="s",
+                   created_at=i, updated_at=i, version=1, importance=5.0) for i, t in enumerate(texts)]
+
+
 def test_coverage_weights_rare_terms_higher() -> None:
-    documents = [content_terms(t) for t in ("I painted a sunset", "I painted my house", "we went camping")]
-    idf = idf_weights(documents)
-    query = content_terms("Who painted the sunset?")
-    assert coverage(query, documents[0], idf, 2.0) == 1.0
-    assert 0 < coverage(query, documents[1], idf, 2.0) < coverage(query, documents[0], idf, 2.0)
-    assert coverage(query, documents[2], idf, 2.0) == 0.0
+    covered = coverage_all(content_terms("Who painted the sunset?"),
+                           _memories(("I painted a sunset", "I painted my house", "we went camping")))
+    assert covered[0] == 1.0 and 0 < covered[1] < covered[0] and covered[2] == 0.0
+
+
+def test_coverage_is_the_idf_weighted_share_of_the_query_terms() -> None:
+    # The definition, one memory at a time: IDF over the memories, a term none has weighs as if in none of N+1.
+    texts = ("I painted a sunset", "I painted my house", "we went camping", "painting the sunset again", "lake")
+    memories = _memories(texts)
+    query = content_terms("Who painted the sunset near the lake? the sunset!")
+    documents = [set(content_terms(t)) for t in texts]
+    count = len(documents)
+
+    def weight(term: str) -> float:
+        df = sum(term in d for d in documents)
+        return math.log(1 + (count - df + 0.5) / (df + 0.5)) if df else math.log(1 + count + 0.5)
+
+    total = sum(weight(t) for t in set(query))
+    expected = [sum(weight(t) for t in set(query) & d) / total for d in documents]
+    assert coverage_all(query, memories).tolist() == pytest.approx(expected)
+    assert coverage_all([], memories).tolist() == [0.0] * count
 
 
 def test_speakers_named_or_addressed_in_person() -> None:
@@ -187,12 +210,3 @@ def test_pleasantries_recall_nothing(client: FlaskClient, ns: dict[str, str]) ->
     asked = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 1000, "user_input": "订单号是多少？",
                                       "messages": []}).get_json()
     assert "ORD-1234" in asked["memory_text"]
-
-
-def test_idf_of_the_query_terms_only_is_the_same_weight() -> None:
-    texts = ("I painted a sunset", "I painted my house", "we went camping", "painting the sunset again")
-    documents = [content_terms(t) for t in texts]
-    query = content_terms("Who painted the sunset near the lake?")
-    full, only = idf_weights(documents), idf_weights(documents, only=query)
-    assert only == {term: full[term] for term in query if term in full}
-    assert "lake" not in only

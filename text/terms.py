@@ -6,10 +6,7 @@ suffix stemmer on both sides lets the re-ranker see those matches. Numbers, date
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9'_-]*")
@@ -77,34 +74,6 @@ def content_term_set(text: str) -> frozenset[str]:
 @lru_cache(maxsize=32768)
 def _content_term_set(text: str) -> frozenset[str]:
     return frozenset(_content_terms(text))
-
-
-def idf_weights(documents: Sequence[Iterable[str]], only: Iterable[str] | None = None) -> dict[str, float]:
-    """Return an IDF weight per term over a set of documents (each an iterable of terms).
-
-    With `only`, just those terms are counted (a re-ranker needs the query's terms, not every document's).
-    """
-    frequency: Counter[str] = Counter()
-    if only is not None:
-        sets = [terms if isinstance(terms, frozenset | set) else set(terms) for terms in documents]
-        frequency.update({term: sum(term in terms for terms in sets) for term in set(only)})
-        frequency = +frequency  # terms no document has get no weight, as without `only`
-    else:
-        for terms in documents:
-            frequency.update(set(terms))
-    total = len(documents)
-    return {term: math.log(1 + (total - df + 0.5) / (df + 0.5)) for term, df in frequency.items()}
-
-
-def coverage(query_terms: Iterable[str], document_terms: Iterable[str], idf: dict[str, float],
-             default_idf: float) -> float:
-    """Return the IDF-weighted share of the query's terms that the document contains, in [0, 1]."""
-    wanted = set(query_terms)
-    if not wanted:
-        return 0.0
-    have = set(document_terms)
-    total = sum(idf.get(t, default_idf) for t in wanted)
-    return sum(idf.get(t, default_idf) for t in wanted & have) / total if total else 0.0
 
 
 _INFLECTIONS = ("", "s", "ed", "ing", "er")
