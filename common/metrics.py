@@ -8,8 +8,6 @@ dropped a number.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel
 
@@ -46,19 +44,19 @@ class Metrics:
         self.errors.labels(code=code).inc()
 
     def observe_result(self, node: str, result: BaseModel) -> None:
-        """Record the quality signals a node's response carries."""
-        data: dict[str, Any] = result.model_dump(include={"stats", "compaction", "sources", "dropped", "probes"})
-        compaction = data.get("compaction") if node == "record_turn" else data if node == "compact" else None
-        if compaction and compaction.get("compacted", True) and compaction.get("stats", {}).get("tokens_before"):
-            stats = compaction["stats"]
-            self.compaction_ratio.observe(stats["tokens_after"] / stats["tokens_before"])
-            self.numbers_restored.inc(stats.get("numbers_restored", 0))
+        """Record the quality signals a node's response carries (read off the model: no dump per request)."""
+        compaction = getattr(result, "compaction", None) if node == "record_turn" else result if node == "compact" \
+            else None
+        stats = getattr(compaction, "stats", None)
+        if getattr(compaction, "compacted", False) and stats is not None and stats.tokens_before:
+            self.compaction_ratio.observe(stats.tokens_after / stats.tokens_before)
+            self.numbers_restored.inc(stats.numbers_restored)
         if node == "assemble":
-            kept = sum(1 for s in data.get("sources", []) if s["layer"] == "memory")
-            dropped = sum(1 for d in data.get("dropped", []) if d["layer"] == "memory")
+            kept = sum(1 for s in getattr(result, "sources", []) if s.layer == "memory")
+            dropped = sum(1 for d in getattr(result, "dropped", []) if d.layer == "memory")
             if kept + dropped:
                 self.retrieval_hit_rate.observe(kept / (kept + dropped))
-            for present in (data.get("probes") or {}).values():
+            for present in (getattr(result, "probes", None) or {}).values():
                 self.amnesia_probes.labels(result="kept" if present else "forgotten").inc()
 
     def render(self) -> bytes:

@@ -79,6 +79,8 @@ class Settings(StrictModel):
     )
     host: str = Field(default="127.0.0.1", description="Address `python server.py` binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port `python server.py` listens on.")
+    threads: int = Field(default=8, ge=1, le=256,
+                         description="Request threads of `python server.py` and of deploy/gunicorn.conf.py.")
     log_level: str = Field(default="INFO", description="Log level of the server's JSON logs.")
 
     @classmethod
