@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import math
+from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast
@@ -246,23 +247,28 @@ class Pool:
         return [self.full(m.id) for m in self.live.values()
                 if m.scope == item.scope and m.kind == item.kind and m.key == item.key]
 
-    def nearest(self, item: MemoryItem) -> tuple[float, Known] | None:
-        """Return the most similar live memory of this item's scope and kind, with its similarity."""
+    def nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
+        """Return the most similar live memory of this item's scope and kind if its similarity reaches floor."""
         target = shingles(item.content)
         if not self.exhaustive:
             found = [known(s.memory) for s in self.memories.search(self.tenant, item.content, self._own(item),
                                                                     limit=DEDUPE_CANDIDATES,
                                                                     within=self._namespace())]
             scored = [(shingle_similarity(shingles(m.content), target), m) for m in found]
-            return max(scored, key=lambda pair: pair[0], default=None)
-        overlap: Counter[str] = Counter()
-        for gram in target:
-            overlap.update(self.postings.get((item.scope, item.kind, gram), ()))
-        if not overlap:
+            best_found = max(scored, key=lambda pair: pair[0], default=None)
+            return best_found if best_found is not None and best_found[0] >= floor else None
+        if not target:
             return None
-        dice = {mid: 2 * count / (len(target) + len(self.grams[mid])) for mid, count in overlap.items()}
-        best = max(dice, key=lambda mid: dice[mid])
-        return dice[best], self.live[best]
+        # Prefix filter: Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A|
+        # grams, so such a memory holds one of any |A| − overlap + 1 of them. Only the postings of the rarest
+        # are read (common bigrams have postings as long as the pool); each candidate is then scored exactly.
+        postings = sorted((self.postings.get((item.scope, item.kind, gram), ()) for gram in target), key=len)
+        needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
+        candidates: set[str] = set().union(*postings[: len(target) - needed + 1])
+        scored_ids = ((2 * len(target & self.grams[mid]) / (len(target) + len(self.grams[mid])), mid)
+                      for mid in candidates)
+        score, best = max(scored_ids, default=(0.0, ""))  # ties go to one fixed memory: the greatest id
+        return (score, self.live[best]) if best and score >= floor else None
 
     def add(self, *created: Memory) -> None:
         """Record memories created by this batch (inserted, not upserted)."""
@@ -331,7 +337,7 @@ def write_item(pool: Pool, namespace: Namespace, item: MemoryItem, threshold: fl
         same_key = pool.same_key(item)
         if same_key:
             return supersede(pool, namespace, item, same_key, now)
-    nearest = pool.nearest(item)
+    nearest = pool.nearest(item, threshold)
     if nearest is not None:
         score, best = nearest
         if normalise(best.content) == normalise(item.content):
