@@ -4,7 +4,7 @@ Run: .venv/bin/python -m bench.profile assemble [--store 10000] [--turns 50] [--
      (nodes: assemble, record_turn, memory_write, memory_retrieve)
 
 The store is seeded as `bench.perf` seeds it; a session of --turns turns is recorded first (the 60-turn
-customer-service scenario, repeated), then --calls calls are profiled after five untimed ones. Prints the
+customer-service scenario, repeated; with --unrepeated, every line made unique), then --calls calls are profiled after five untimed ones. Prints the
 p50 and the call tree. Not part of the test run.
 """
 
@@ -27,6 +27,7 @@ from bench.perf import (
     ask,
     conversation_turn,
     memory_text,
+    unrepeated_turn,
     opened_app,
     seed,
     target_items,
@@ -55,12 +56,15 @@ def main() -> None:
     parser.add_argument("--store", type=int, default=1000, help="memories seeded first")
     parser.add_argument("--turns", type=int, default=50, help="turns recorded into the profiled session")
     parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--unrepeated", action="store_true",
+                        help="record the session with no line repeated (bench.perf's unrepeated_turn)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="acn-profile-") as folder, opened_app(Path(folder) / "m.db") as app:
         seed(app.extensions["acn"], 0, args.store)
         transport = InProcess(app)
+        turn_of = unrepeated_turn if args.unrepeated else conversation_turn
         for turn in range(1, args.turns + 1):
-            transport.post("record_turn", {**SESSION, "messages": conversation_turn(turn)})
+            transport.post("record_turn", {**SESSION, "messages": turn_of(turn)})
         body = bodies(args.node, args.turns)
         for i in range(5):
             transport.post(args.node, body(i))
