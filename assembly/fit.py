@@ -25,6 +25,15 @@ class Item:
     messages: list[Message] = field(default_factory=list)
     chosen: str = ""
     group: str = ""
+    costs: list[int] | None = None  # each variant's tokens plus its newline, counted by the first fit
+
+
+def variant_costs(item: Item, tokenizer: Tokenizer) -> list[int]:
+    """Return what each variant of the item costs as a line; a layer is fitted up to three times per call
+    (its share, then spare budget twice), so the counts are taken once."""
+    if item.costs is None:
+        item.costs = [tokenizer.count(variant) + 1 for variant in item.variants]
+    return item.costs
 
 
 @dataclass
@@ -68,15 +77,16 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
     used = MESSAGE_OVERHEAD_TOKENS
     for item in candidates:
         header = tokenizer.count(item.group) + 1 if item.group and item.group not in opened else 0
-        costs = [(variant, tokenizer.count(variant) + 1 + header) for variant in item.variants]
-        fitting = next(((v, c) for v, c in costs if used + c <= budget), None)
-        if fitting is None:
-            dropped.append((item, costs[-1][1] if costs else 0))
+        costs = variant_costs(item, tokenizer)
+        room = budget - used - header
+        chosen = next((i for i, cost in enumerate(costs) if cost <= room), None)
+        if chosen is None:
+            dropped.append((item, costs[-1] + header if costs else 0))
             continue
-        item.chosen, cost = fitting
+        item.chosen = item.variants[chosen]
         kept.append(item)
         opened.add(item.group)
-        used += cost
+        used += costs[chosen] + header
     kept.sort(key=lambda k: k.order)
     exact = text_layer_cost(layer_lines(kept), tokenizer)
     # The bound holds unless a group's items are not shown one after another (its header then repeats);

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from assembly.fit import Item
 from assembly.recall import message_order
 from common.models import Memory, Message, Segment
@@ -11,6 +14,9 @@ from nodes.memory_retrieve import render_memories, source_tag, speaker_label
 from text.similarity import normalise, shingles
 
 KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
+CACHED_LINES = 16384
+_LINES: OrderedDict[tuple[object, ...], tuple[str, str]] = OrderedDict()
+_LINES_LOCK = threading.Lock()
 
 
 def memory_items(memories: list[Memory], language: str) -> list[Item]:
@@ -29,10 +35,38 @@ def memory_items(memories: list[Memory], language: str) -> list[Item]:
                   "meta": memory.meta}
         # Facts first in rank order, then archived messages in conversation order (easier to follow).
         order = (1, *message_order(memory)) if memory.kind == "turn" else (0, rank, 0, 0)
-        header = dated_header(memory, language)
-        line = f"{speaker_label(memory, language)}: {memory.content}" if header else render_memories([memory], language)
+        line, header = memory_line(memory, language)
         items.append(Item(key=memory.id, variants=[line], order=order, source=source, group=header))
     return items
+
+
+def memory_line(memory: Memory, language: str) -> tuple[str, str]:
+    """Return a memory's line and its group header ("" when the line carries its own tag).
+
+    Every call renders its whole candidate pool (about 200 memories at 4,000 tokens) and a session's calls share
+    most of it, so lines are kept, keyed by exactly what they are made of (source_tag and speaker_label read no
+    other field).
+    """
+    meta = memory.meta
+    key = (memory.kind, memory.content, tuple(memory.turn_range or ()), bool(memory.valid_to), language,
+           *(_plain(meta.get(field)) for field in ("time", "date", "name", "role")))
+    with _LINES_LOCK:
+        known = _LINES.get(key)
+        if known is not None:
+            _LINES.move_to_end(key)
+            return known
+    header = dated_header(memory, language)
+    line = f"{speaker_label(memory, language)}: {memory.content}" if header else render_memories([memory], language)
+    with _LINES_LOCK:
+        _LINES[key] = (line, header)
+        if len(_LINES) > CACHED_LINES:
+            _LINES.popitem(last=False)
+    return line, header
+
+
+def _plain(value: object) -> object:
+    """Return a meta value as a hashable key part (JSON objects and lists by their repr)."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
 
 
 def dated_header(memory: Memory, language: str) -> str:

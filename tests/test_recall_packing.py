@@ -7,10 +7,11 @@ from pathlib import Path
 from flask.testing import FlaskClient
 
 from assembly.fit import Item, fit_text_items, layer_lines
-from assembly.layers import memory_items
+from assembly.layers import dated_header, memory_items, memory_line
 from assembly.recall import FLOOR_BUDGET, RELATIVE_FLOOR, relative_floor
 from bench import locomo, locomo_ceiling
 from common.models import Memory
+from nodes.memory_retrieve import render_memories, speaker_label
 from tests.conftest import post
 from tests.test_bench_recall_smoke import SAMPLE
 from tests.test_retrieval_hybrid import FILLER, record
@@ -36,6 +37,22 @@ def test_undated_messages_keep_their_own_tag() -> None:
     items = memory_items([message(1, "first", None), message(2, "second", None)], "en")
     assert all(not item.group for item in items)
     assert all(item.variants[0].startswith("[from memory · turn") for item in items)
+
+
+def test_a_kept_line_is_the_line_rendered_afresh() -> None:
+    """memory_line keeps rendered lines; every field the line is made of must be part of its key."""
+    base = message(4, "the parcel left on Monday", None)
+    variants = [base, base.model_copy(update={"meta": {**base.meta, "name": "Bob"}}),
+                base.model_copy(update={"meta": {**base.meta, "date": "8 May, 2023"}}),
+                base.model_copy(update={"turn_range": [5, 5]}), base.model_copy(update={"valid_to": 1}),
+                base.model_copy(update={"kind": "fact"}), base.model_copy(update={"content": "it left on Tuesday"})]
+    for language in ("en", "zh"):
+        for memory in [*variants, *variants]:  # the second round is served from what the first kept
+            header = dated_header(memory, language)
+            fresh = f"{speaker_label(memory, language)}: {memory.content}" if header else \
+                render_memories([memory], language)
+            assert memory_line(memory, language) == (fresh, header)
+    assert len({memory_line(m, "en") for m in variants}) == len(variants)
 
 
 def test_a_header_is_paid_once_and_the_budget_holds() -> None:
