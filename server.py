@@ -286,12 +286,12 @@ def main(argv: list[str] | None = None) -> None:
     waitress, not Flask's development server: it keeps connections alive (Werkzeug closes every one) and runs a
     fixed pool of request threads, so a workflow engine calling node after node pays for one connection.
     """
-    settings = Settings.from_env()
-    parser = argparse.ArgumentParser(description="Agent Context Nodes plugin server")
-    parser.add_argument("--host", default=settings.host)
-    parser.add_argument("--port", type=int, default=settings.port)
-    args = parser.parse_args(argv)
     try:
+        settings = Settings.from_env()
+        parser = argparse.ArgumentParser(description="Agent Context Nodes plugin server")
+        parser.add_argument("--host", default=settings.host)
+        parser.add_argument("--port", type=int, default=settings.port)
+        args = parser.parse_args(argv)
         app = create_app(settings)
     except PackError as error:
         # A start-up failure is the operator's to fix: say what and why, without a traceback.

@@ -54,6 +54,13 @@ class ValidationError(PackError):
     code = "validation_error"
 
 
+class ConfigurationError(PackError):
+    """A setting (an ACN_* variable) the server cannot start with."""
+
+    status = 500
+    code = "invalid_configuration"
+
+
 class ProviderError(PackError):
     status = 502
     code = "provider_error"

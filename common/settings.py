@@ -6,8 +6,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import pydantic
 from pydantic import Field
 
+from common.errors import ConfigurationError
 from common.models import StrictModel
 
 ENV_PREFIX = "ACN_"
@@ -93,7 +95,13 @@ class Settings(StrictModel):
             if key in environ:
                 values[name] = environ[key]
         values.update(overrides)
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except pydantic.ValidationError as error:
+            # Name the variable the operator set, not the model field: "ACN_PORT: Input should be …".
+            problems = [f"{ENV_PREFIX}{'.'.join(str(part) for part in item['loc']).upper()}: {item['msg']}"
+                        for item in error.errors()]
+            raise ConfigurationError("invalid settings: " + "; ".join(problems), problems) from None
 
     @property
     def is_server_uri(self) -> bool:

@@ -66,3 +66,13 @@ def test_second_process_on_the_same_lite_file_gets_a_clear_error(tmp_path: Path)
         assert "Traceback" not in second.stderr
     finally:
         stop(process)
+
+
+def test_a_bad_setting_names_its_variable_and_stops(tmp_path: Path) -> None:
+    env = server_env(ACN_MILVUS_URI=str(tmp_path / "memory.db"), ACN_PORT="eighty", ACN_THREADS="0")
+    started = subprocess.run([sys.executable, "server.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert started.returncode == 2
+    assert "cannot start" in started.stderr and "ACN_PORT" in started.stderr and "ACN_THREADS" in started.stderr
+    assert "Traceback" not in started.stderr
+    assert not (tmp_path / "memory.db").exists()  # nothing was opened
