@@ -19,7 +19,7 @@ from typing import Any
 import pydantic
 from flask import Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST
-from waitress import serve
+from waitress.server import create_server
 from werkzeug.exceptions import HTTPException
 
 from common.auth import authenticate, parse_api_keys
@@ -298,14 +298,21 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent-context-nodes: cannot start: {error.message}", file=sys.stderr)
         raise SystemExit(2) from None
     runtime: Runtime = app.extensions["acn"]
+    try:
+        server = create_server(app, host=args.host, port=args.port, threads=settings.threads,
+                               ident="agent-context-nodes")
+    except OSError as error:  # the port is taken or the address is not this machine's
+        runtime.close()
+        print(f"agent-context-nodes: cannot start: cannot listen on {args.host}:{args.port}: "
+              f"{error.strerror or error}", file=sys.stderr)
+        raise SystemExit(2) from None
     _install_signal_handlers(runtime.close)
     if not settings.api_keys:
         log.warning("no API keys configured (ACN_API_KEYS): anyone who can reach %s:%s can read and write",
                     args.host, args.port)
     log.info("listening", extra={"host": args.host, "port": args.port, "store": runtime.store.info()})
     try:
-        serve(app, host=args.host, port=args.port, threads=settings.threads, ident="agent-context-nodes",
-              _quiet=True)  # "listening" above says where, in the JSON log format
+        server.run()
     finally:
         runtime.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,21 @@ def test_a_bad_setting_names_its_variable_and_stops(tmp_path: Path) -> None:
     assert "cannot start" in started.stderr and "ACN_PORT" in started.stderr and "ACN_THREADS" in started.stderr
     assert "Traceback" not in started.stderr
     assert not (tmp_path / "memory.db").exists()  # nothing was opened
+
+
+def test_a_taken_port_is_a_clear_error_and_leaves_the_store_usable(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = server_env(ACN_MILVUS_URI=str(tmp_path / "memory.db"))
+        started = subprocess.run([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=60)
+    assert started.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in started.stderr and "Traceback" not in started.stderr
+    free = free_port()
+    process = start_server(tmp_path, free)  # the store was closed, not left locked
+    try:
+        assert requests.get(f"http://127.0.0.1:{free}/healthz", timeout=10).status_code == 200
+    finally:
+        assert stop(process) == 0
