@@ -49,6 +49,9 @@ REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_JSON_DEPTH = 64
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 PACK_VERSION = "0.1.0"
+# waitress reads a whole request body before the app sees it; it refuses (plain-text 413) bodies above this many
+# times ACN_MAX_BODY_BYTES, so an oversized upload cannot fill the disk. Below that the app answers the JSON 413.
+BODY_BUFFER_FACTOR = 8
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -300,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
     runtime: Runtime = app.extensions["acn"]
     try:
         server = create_server(app, host=args.host, port=args.port, threads=settings.threads,
-                               ident="agent-context-nodes")
+                               ident="agent-context-nodes",
+                               max_request_body_size=settings.max_body_bytes * BODY_BUFFER_FACTOR)
     except OSError as error:  # the port is taken or the address is not this machine's
         runtime.close()
         print(f"agent-context-nodes: cannot start: cannot listen on {args.host}:{args.port}: "

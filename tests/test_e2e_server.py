@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import ROOT, free_port, server_env, wait_for_port
+from tests.conftest import ROOT, free_port, server_env, serving, wait_for_port
 
 
 def start_server(data: Path, port: int) -> subprocess.Popen[bytes]:
@@ -95,3 +95,16 @@ def test_a_taken_port_is_a_clear_error_and_leaves_the_store_usable(tmp_path: Pat
         assert requests.get(f"http://127.0.0.1:{free}/healthz", timeout=10).status_code == 200
     finally:
         assert stop(process) == 0
+
+
+def test_oversized_bodies_are_refused_and_the_largest_are_not_buffered() -> None:
+    limit = 50_000
+    with serving(ACN_MAX_BODY_BYTES=str(limit)) as base:
+        def send(size: int) -> requests.Response:
+            body = {"agent_id": "a", "session_id": "s", "items": [{"kind": "fact", "content": "x" * (size // 2)}]}
+            return requests.post(f"{base}/v1/nodes/memory_write", json=body, timeout=30)
+        over = send(3 * limit)  # the app's own answer: the JSON envelope
+        assert over.status_code == 413 and over.json()["code"] == "payload_too_large"
+        huge = send(20 * limit)  # beyond what waitress buffers for the app (BODY_BUFFER_FACTOR)
+        assert huge.status_code == 413
+        assert send(limit // 4).status_code == 200  # and the server goes on serving
