@@ -4,8 +4,8 @@ Run: .venv/bin/python -m bench.profile assemble [--store 10000] [--turns 50] [--
      (nodes: assemble, record_turn, memory_write, memory_retrieve)
 
 The store is seeded as `bench.perf` seeds it; a session of --turns turns is recorded first (the 60-turn
-customer-service scenario, repeated; with --unrepeated, every line made unique), then --calls calls are profiled after five untimed ones. Prints the
-p50 and the call tree. Not part of the test run.
+customer-service scenario, repeated; with --unrepeated, every line made unique), then --calls calls are
+profiled after five untimed ones. Prints the p50 and the call tree. Not part of the test run.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from bench.perf import (
     ask,
     conversation_turn,
     memory_text,
-    unrepeated_turn,
     opened_app,
     seed,
     target_items,
+    unrepeated_turn,
 )
 
 SESSION = {"agent_id": "bench-profile", "session_id": "main"}
