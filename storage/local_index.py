@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -86,28 +86,44 @@ class LocalIndex:
         doc = _Doc(memory, stored_row(record), terms, sum(terms.values()) if terms else 0)
         vector = _unit(record.get("dense"), self._dim)
         with self._lock:
-            slot = self._slots.get(memory.id)
-            if slot is None:
-                slot = len(self._docs)
-                self._slots[memory.id] = slot
-                self._docs.append(doc)
-            else:
-                self._unpost(slot)
-                self._docs[slot] = doc
-            self._lengths = _room(self._lengths, slot)
-            self._text_ids = _room(self._text_ids, slot)
-            self._text_ids[slot] = self._text_id_of.setdefault(memory.content, len(self._text_id_of))
-            if terms is None:
-                self._pending.add(slot)
-            else:
-                self._post(slot, doc)
-            if self._dim:
-                self._vectors = _room(self._vectors, slot)
-                self._vectors[slot] = vector
-            self._changes.append(slot)
-            if len(self._changes) > 4 * len(self._docs) + 1024:  # masks rebuild from scratch; the log restarts
-                self._changes.clear()
-                self._masks.clear()
+            self._place(doc, vector)
+
+    def subset(self, keep: Callable[[Memory], bool]) -> LocalIndex:
+        """Return a new index of this one's rows that `keep` accepts, their texts as tokenized as here."""
+        with self._lock:
+            picked = [(doc, self._vectors[slot] if self._dim else None) for slot, doc in enumerate(self._docs)
+                      if keep(doc.memory)]
+        copy = LocalIndex(self._dim)
+        with copy._lock:
+            for doc, vector in picked:
+                copy._place(doc, vector)
+        return copy
+
+    def _place(self, doc: _Doc, vector: np.ndarray | None) -> None:
+        """Add the row or replace the row with its id (called with the lock held)."""
+        memory = doc.memory
+        slot = self._slots.get(memory.id)
+        if slot is None:
+            slot = len(self._docs)
+            self._slots[memory.id] = slot
+            self._docs.append(doc)
+        else:
+            self._unpost(slot)
+            self._docs[slot] = doc
+        self._lengths = _room(self._lengths, slot)
+        self._text_ids = _room(self._text_ids, slot)
+        self._text_ids[slot] = self._text_id_of.setdefault(memory.content, len(self._text_id_of))
+        if doc.terms is None:
+            self._pending.add(slot)
+        else:
+            self._post(slot, doc)
+        if self._dim:
+            self._vectors = _room(self._vectors, slot)
+            self._vectors[slot] = vector
+        self._changes.append(slot)
+        if len(self._changes) > 4 * len(self._docs) + 1024:  # masks rebuild from scratch; the log restarts
+            self._changes.clear()
+            self._masks.clear()
 
     def index_pending(self) -> None:
         """Tokenize the rows written with tokenize=False (outside the lock: searches go on meanwhile)."""

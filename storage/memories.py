@@ -38,6 +38,7 @@ CACHED_POOLS = 64
 # repository is given). A session that can read more rows than the store's query window is searched in the store.
 CACHED_INDEXES = 256
 CACHED_INDEX_ROWS = 50_000
+CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see MemoryRepository._agent_sessions)
 T = TypeVar("T")
 log = logging.getLogger("acn.store")
 Stamp = tuple[int, int, int]
@@ -176,6 +177,14 @@ class MemoryRepository:
         # that land while one loads are queued in _loading and replayed onto it (a write is idempotent by id).
         self._indexes: OrderedDict[GroupKey, LocalIndex] = OrderedDict()
         self._loading: dict[GroupKey, list[tuple[Memory, Record]]] = {}
+        # Per (tenant, agent): every session that holds session-scope rows, complete (each write adds its
+        # session; a delete may leave one listed, which only costs a scan). A new session absent from it reads
+        # exactly what a loaded sibling session reads minus that sibling's own rows: no scan of the collection
+        # (a Lite filter costs ~200 ms at 100k rows however little it matches). Sets being loaded collect the
+        # writes that land meanwhile, like _loading.
+        self._agent_sessions: OrderedDict[tuple[str, str], set[str]] = OrderedDict()
+        self._agent_sessions_loading: dict[tuple[str, str], set[str]] = {}
+        self._agent_sessions_overflow: set[tuple[str, str]] = set()  # more session rows than a query returns
         self._oversized: set[GroupKey] = set()
         self._index_rows = index_rows  # 0: no in-process index
         # Indexes with rows whose text a background thread tokenizes (LocalIndex.index_pending).
@@ -260,6 +269,12 @@ class MemoryRepository:
             return
         with self._cache_lock:
             self._index_saved(tenant, memories, records)
+            for memory in memories:
+                if memory.scope == "session":
+                    for known in (self._agent_sessions.get((tenant, memory.agent_id)),
+                                  self._agent_sessions_loading.get((tenant, memory.agent_id))):
+                        if known is not None:
+                            known.add(memory.session_id)
             if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
                 self._revision += 1
             counted = [m for m in memories if m.kind != "turn"]
@@ -320,6 +335,8 @@ class MemoryRepository:
         with self._cache_lock:
             self._indexes.clear()
             self._oversized.clear()
+            self._agent_sessions.clear()  # part of a failed batch may have landed unrecorded
+            self._agent_sessions_overflow.clear()  # a delete may have made an agent small again
             self._archives.clear()
             self._views.clear()
             self._parked.clear()
@@ -535,6 +552,17 @@ class MemoryRepository:
                 return index
             if key in self._oversized or key in self._loading:
                 return None
+            has_sibling = self._sibling(key) is not None
+        if has_sibling and self._sessions_with_rows(tenant, namespace.agent_id) is not None:
+            with self._cache_lock:  # checked again: a write or a load may have come in between
+                index = self._indexes.get(key)
+                if index is None and key not in self._loading and key not in self._oversized:
+                    index = self._sibling_view(key)
+                if index is not None:
+                    return index
+        with self._cache_lock:
+            if key in self._indexes or key in self._oversized or key in self._loading:
+                return self._indexes.get(key)
             self._loading[key] = []
             epoch = self._epoch
         try:
@@ -558,12 +586,69 @@ class MemoryRepository:
                 return None
             for memory, record in queued:
                 index.put(memory, record, tokenize=False)
-            self._indexes[key] = index
-            self._tokenize_later(index)
-            while len(self._indexes) > 1 and (len(self._indexes) > CACHED_INDEXES or sum(
-                    len(kept) for kept in self._indexes.values()) > self._index_rows):
-                self._indexes.popitem(last=False)
+            self._install(key, index)
         return index
+
+    def _install(self, key: GroupKey, index: LocalIndex) -> None:
+        """Keep a session's index, least recently used ones out first (called with the cache lock held)."""
+        self._indexes[key] = index
+        self._tokenize_later(index)
+        while len(self._indexes) > 1 and (len(self._indexes) > CACHED_INDEXES or sum(
+                len(kept) for kept in self._indexes.values()) > self._index_rows):
+            self._indexes.popitem(last=False)
+
+    def _sibling(self, key: GroupKey) -> LocalIndex | None:
+        """Return a loaded index of another session of the same agent (called with the cache lock held)."""
+        return next((index for other, index in self._indexes.items() if other[:2] == key[:2]), None)
+
+    def _sibling_view(self, key: GroupKey) -> LocalIndex | None:
+        """Return and keep the index of a session known to hold no rows of its own, built from a sibling's.
+
+        A session reads its own rows, its agent's other-scope rows and the shared rows (group_filter); a sibling
+        reads the same but for its own session rows, so those are all that is left out. Called with the cache
+        lock held: no write lands between the check and the copy, and later writes reach the new index.
+        """
+        sessions = self._agent_sessions.get(key[:2])
+        sibling = self._sibling(key)
+        if sessions is None or key[2] in sessions or sibling is None:
+            return None
+        index = sibling.subset(lambda memory: memory.scope != "session")
+        self._install(key, index)
+        return index
+
+    def _sessions_with_rows(self, tenant: str, agent_id: str) -> set[str] | None:
+        """Return every session of the agent holding session-scope rows (None: more than one query returns)."""
+        key = (tenant, agent_id)
+        with self._cache_lock:
+            known = self._agent_sessions.get(key)
+            if known is not None:
+                self._agent_sessions.move_to_end(key)
+                return known
+            if key in self._agent_sessions_loading or key in self._agent_sessions_overflow:
+                return None
+            self._agent_sessions_loading[key] = set()
+            epoch = self._epoch
+        try:
+            rows = self.store.query(self.spec.name, Filter(
+                'tenant == {dt} and agent_id == {da} and scope == "session"', {"dt": tenant, "da": agent_id}),
+                fields=["session_id"], limit=QUERY_WINDOW)
+        except BaseException:
+            with self._cache_lock:
+                self._agent_sessions_loading.pop(key, None)
+            raise
+        with self._cache_lock:  # taken off the loading list and installed with no write in between
+            written = self._agent_sessions_loading.pop(key, set())
+            if len(rows) >= QUERY_WINDOW:  # not listed again: each new session would pay for it twice
+                self._agent_sessions_overflow.add(key)
+                return None
+            if epoch != self._epoch:  # a delete or a failed write raced the query
+                return None
+            # Writes that landed during the query were recorded in `written`; earlier ones are in `rows`.
+            sessions = self._agent_sessions.setdefault(key, set())
+            sessions.update(written, (str(row["session_id"]) for row in rows))
+            while len(self._agent_sessions) > CACHED_AGENT_SESSIONS:
+                self._agent_sessions.popitem(last=False)
+            return sessions
 
 
 def tenant_filter(tenant: str) -> Filter:

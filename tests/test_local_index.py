@@ -323,3 +323,94 @@ def test_a_distinct_index_search_keeps_what_one_per_text_keeps_of_the_full_ranki
         dense = index.search_dense(vector, everything, 100)
         assert [m.id for m, _ in index.search_dense(vector, everything, limit, distinct=True)] == \
             [m.id for m, _ in one_per_text(dense, limit)]
+
+
+def test_a_subset_keeps_the_rows_accepted_as_searchable_as_before() -> None:
+    index = LocalIndex(2)
+    for i, (scope, text, vector) in enumerate([("session", "仓库在张江", [1, 0]), ("agent", "仓库在金桥", [0.8, 0.2]),
+                                               ("shared", "运费规则", [0, 1])]):
+        memory = Memory(id=f"k{i}", kind="fact", content=text, scope=scope, agent_id="a", session_id="s",
+                        created_at=i, updated_at=i, version=1, importance=1.0)
+        index.put(memory, {"id": memory.id, "kind": "fact", "scope": scope, "dense": vector}, tokenize=i != 2)
+    part = index.subset(lambda memory: memory.scope != "session")
+    assert sorted(m.id for m in part.select(Filter(""))) == ["k1", "k2"]
+    assert [m.id for m, _ in part.search_text("仓库", Filter(""), 5)] == ["k1"]  # tokenized as in the source
+    assert [m.id for m, _ in part.search_text("运费", Filter(""), 5)] == ["k2"]  # tokenized on first search
+    assert [m.id for m, _ in part.search_dense([1, 0], Filter(""), 1)] == ["k1"]  # vectors came along
+    assert len(index) == 3 and [m.id for m, _ in index.search_text("仓库", Filter(""), 5)] == ["k0", "k1"]
+
+
+class CountingStore(MilvusStore):
+    """A real Lite store that counts the scans of a session's readable rows and can write during the query
+    that lists an agent's sessions."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.group_scans = 0
+        self.during_listing: Any = None
+
+    def query(self, collection: str, where: Filter, **kwargs: Any) -> list[dict[str, Any]]:
+        if 'scope == "shared"' in where.template:
+            self.group_scans += 1
+        rows = super().query(collection, where, **kwargs)
+        if self.during_listing is not None and kwargs.get("fields") == ["session_id"]:
+            write, self.during_listing = self.during_listing, None
+            write()
+        return rows
+
+
+def readable(memories: MemoryRepository, namespace: Namespace) -> list[str]:
+    """Return every row a session can read, as the repository serves it."""
+    return sorted(m.content for m in memories.find(DEFAULT_TENANT, Filter(""), limit=1000, within=namespace))
+
+
+def test_a_new_session_of_a_known_agent_is_read_without_a_scan(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path / "sessions.db")).open()
+    memories = MemoryRepository(store, prefix="sib", embedder=None)
+    memories.open()
+    scanned = MemoryRepository(store, prefix="sib", embedder=None, index_rows=0)  # no index: the store answers
+    s1, s2, s3, s4 = (Namespace(agent_id="bot", session_id=f"s{i}", user_id="u1") for i in range(1, 5))
+    stranger = Namespace(agent_id="other-bot", session_id="x")
+    try:
+        memories.save(DEFAULT_TENANT, [fact(s1, "会话一的订单号是A-1"), fact(s1, "代理级的仓库在张江", scope="agent"),
+                                       fact(s1, "用户级的偏好是短信", scope="user", user_id="u1"),
+                                       fact(s2, "会话二的订单号是B-2"), fact(stranger, "共享的运费规则", scope="shared"),
+                                       fact(stranger, "别的代理的会话记录")])
+        assert readable(memories, s1) == readable(scanned, s1)
+        assert readable(memories, s2) == readable(scanned, s2)  # s2 holds rows: it is scanned
+        scans = store.group_scans
+        # s3 has no rows of its own: s1's index minus s1's session rows, read without scanning the store...
+        served = readable(memories, s3)
+        assert found(memories, s3, "仓库") == ["代理级的仓库在张江"]
+        assert store.group_scans == scans
+        # ...and the same rows a scan finds.
+        assert served == readable(scanned, s3) == ["代理级的仓库在张江", "共享的运费规则", "用户级的偏好是短信"]
+        assert found(scanned, s3, "仓库") == ["代理级的仓库在张江"]
+        # Writes reach the view built from a sibling, and stay where they belong.
+        memories.save(DEFAULT_TENANT, [fact(s3, "会话三的订单号是C-3"), fact(s2, "新的代理级规则", scope="agent")])
+        assert readable(memories, s3) == readable(scanned, s3)
+        assert "会话三的订单号是C-3" in readable(memories, s3) and "会话三的订单号是C-3" not in readable(memories, s1)
+        assert readable(memories, s4) == readable(scanned, s4)
+        assert "会话三的订单号是C-3" not in readable(memories, s4) and "新的代理级规则" in readable(memories, s4)
+        # A delete forgets what is known; the next new session is read from the store again, correctly.
+        memories.delete_namespace(DEFAULT_TENANT, "bot", "s1", None)
+        assert readable(memories, s1) == readable(scanned, s1)
+        assert readable(memories, s4) == readable(scanned, s4)
+    finally:
+        store.close()
+
+
+def test_a_session_written_while_the_agent_sessions_are_listed_is_not_missed(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path / "listing.db")).open()
+    memories = MemoryRepository(store, prefix="lst", embedder=None)
+    memories.open()
+    s1, s2, late = (Namespace(agent_id="bot", session_id=name) for name in ("s1", "s2", "late"))
+    try:
+        memories.save(DEFAULT_TENANT, [fact(s1, "第一个会话的记录")])
+        assert readable(memories, s1) == ["第一个会话的记录"]
+        store.during_listing = lambda: memories.save(DEFAULT_TENANT, [fact(late, "列出会话时写入的记录")])
+        assert readable(memories, s2) == []  # listing the agent's sessions; the write lands meanwhile
+        assert store.during_listing is None
+        assert readable(memories, late) == ["列出会话时写入的记录"]  # listed, so read from the store
+    finally:
+        store.close()
