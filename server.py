@@ -93,9 +93,12 @@ def _register_hooks(app: Flask, keys: dict[str, str]) -> None:
 
     @app.after_request
     def _finish(response: Response) -> Response:
+        elapsed = time.perf_counter() - g.get("started", time.perf_counter())
         response.headers["X-Request-Id"] = g.get("request_id", "")
+        # W3C Server-Timing: a caller (or a browser's devtools) tells the server's time from the network's.
+        response.headers["Server-Timing"] = f"app;dur={elapsed * 1000:.2f}"
         metrics: Metrics = current_app.extensions["acn_metrics"]
-        metrics.observe_request(route_label(), response.status_code, time.perf_counter() - g.get("started", 0.0))
+        metrics.observe_request(route_label(), response.status_code, elapsed)
         log.info("request", extra={"method": request.method, "path": request.path,
                                    "status": response.status_code, "request_id": g.get("request_id", "")})
         return response

@@ -121,6 +121,7 @@ class Row:
     value: float | None = None
     unit: str = ""
     target: Target | None = None
+    server: list[float] = field(default_factory=list)  # over HTTP: the server's own times (Server-Timing)
 
     @property
     def p50(self) -> float:
@@ -288,16 +289,26 @@ class OverHttp:
     def __init__(self, base: str) -> None:
         self._base = base
         self._session = requests.Session()
+        self.server_ms: list[float] = []  # each call's Server-Timing, so that a row can say what the wire added
 
     def close(self) -> None:
         self._session.close()
 
     def post(self, node: str, body: dict[str, Any]) -> dict[str, Any]:
         response = self._session.post(f"{self._base}/v1/nodes/{node}", json=body, timeout=300)
+        self.server_ms.append(float(response.headers.get("Server-Timing", "app;dur=nan").split("dur=")[-1]))
         return checked(node, response.status_code, response.json())
 
     def delete_agent(self, agent_id: str) -> None:
         self._session.delete(f"{self._base}/v1/memories", params={"agent_id": agent_id}, timeout=300)
+
+
+def server_times(transport: Transport) -> list[float]:
+    """Return and forget the server's own times of the HTTP calls made since the last take ([] in process)."""
+    kept: list[float] = getattr(transport, "server_ms", [])
+    taken = list(kept)
+    kept.clear()
+    return taken
 
 
 def time_posts(transport: Transport, node: str, bodies: list[dict[str, Any]], desc: str,
@@ -305,6 +316,7 @@ def time_posts(transport: Transport, node: str, bodies: list[dict[str, Any]], de
     """Post each body in turn (the first `warmup` untimed) and return the latencies in ms and the responses."""
     for body in bodies[:warmup]:
         transport.post(node, body)
+    server_times(transport)  # the untimed calls' server times are not the row's
     times, responses = [], []
     for body in progress(bodies[warmup:], total=len(bodies) - warmup, desc=desc):
         started = time.perf_counter()
@@ -378,20 +390,23 @@ def node_rows(transport: Transport, size: int, config: Config, runtime: Runtime 
     bodies: list[dict[str, Any]] = [{**session, "messages": conversation_turn(t)}
                                     for t in range(1, config.record_turns + 1)]
     times, _ = time_posts(transport, "record_turn", bodies, f"{store} {via} record_turn")
-    rows.append(Row("nodes", "record_turn", via, store, times, f"turns 1–{config.record_turns}", target=RECORD_TURN))
+    rows.append(Row("nodes", "record_turn", via, store, times, f"turns 1–{config.record_turns}", target=RECORD_TURN,
+                    server=server_times(transport)))
     bodies = [ask(session, i) for i in range(config.assemble_calls + 1)]
     times, _ = time_posts(transport, "assemble", bodies, f"{store} {via} assemble", warmup=1)
     rows.append(Row("nodes", "assemble", via, store, times, f"{config.record_turns}-turn session, auto, 4,000 tokens",
-                    target=ASSEMBLE_50 if config.record_turns == 50 else None))
+                    target=ASSEMBLE_50 if config.record_turns == 50 else None, server=server_times(transport)))
 
     # A different stretch of the conversation each call: nothing computed for one call's text serves the next.
     bodies = [{"agent_id": agent, "session_id": f"compact-{i}", "messages": flat(COMPACT_TURNS, 1 + 7 * i % 60),
                "force": True, "engine": "extractive"} for i in range(config.compact_calls + 1)]
     times, _ = time_posts(transport, "compact", bodies, f"{store} {via} compact", warmup=1)
-    rows.append(Row("nodes", "compact", via, store, times, f"{COMPACT_TURNS} given turns, extractive, force"))
+    rows.append(Row("nodes", "compact", via, store, times, f"{COMPACT_TURNS} given turns, extractive, force",
+                    server=server_times(transport)))
     bodies = [{"messages": flat(EDIT_TURNS)}] * (config.edit_calls + 1)
     times, _ = time_posts(transport, "edit_context", bodies, f"{store} {via} edit_context", warmup=1)
-    rows.append(Row("nodes", "edit_context", via, store, times, f"{EDIT_TURNS} turns, default rules"))
+    rows.append(Row("nodes", "edit_context", via, store, times, f"{EDIT_TURNS} turns, default rules",
+                    server=server_times(transport)))
     rows += write_rows(transport, agent, size, config)
     transport.delete_agent(agent)
     return rows
@@ -407,18 +422,20 @@ def write_rows(transport: Transport, agent: str, size: int, config: Config) -> l
 
     bodies = [{"agent_id": agent, "session_id": "single", "items": items(1)} for _ in range(config.write_calls + 1)]
     times, _ = time_posts(transport, "memory_write", bodies, f"{store} {via} memory_write ×1", warmup=1)
-    rows = [Row("nodes", "memory_write ×1", via, store, times, "one item per call")]
+    rows = [Row("nodes", "memory_write ×1", via, store, times, "one item per call", server=server_times(transport))]
     bodies = [{"agent_id": agent, "session_id": "batched", "items": items(config.batch_size)}
               for _ in range(config.batch_calls)]
     times, _ = time_posts(transport, "memory_write", bodies, f"{store} {via} memory_write ×{config.batch_size}")
     rows.append(Row("nodes", f"memory_write ×{config.batch_size}", via, store, times,
-                    f"{config.batch_size} items per call", items=config.batch_size, target=WRITE_BATCHED))
+                    f"{config.batch_size} items per call", items=config.batch_size, target=WRITE_BATCHED,
+                    server=server_times(transport)))
     return rows
 
 
 def retrieval_rows(transport: Transport, size: int, config: Config, runtime: Runtime | None) -> list[Row]:
     """Time memory_retrieve on the target namespace, each call followed by the same bare BM25 query if asked."""
     via, store = transport.via, label(size)
+    server_times(transport)  # only this row's calls
     floor = bare_bm25(runtime) if runtime is not None else None
     questions = [question for _, _, question in target_items()]
     ours: list[float] = []
@@ -433,7 +450,8 @@ def retrieval_rows(transport: Transport, size: int, config: Config, runtime: Run
             started = time.perf_counter()
             floor(question)
             bare.append((time.perf_counter() - started) * 1000)
-    rows = [Row("nodes", "memory_retrieve", via, store, ours[2:], "one namespace, top_k 3", target=RETRIEVE.get(size))]
+    rows = [Row("nodes", "memory_retrieve", via, store, ours[2:], "one namespace, top_k 3", target=RETRIEVE.get(size),
+                server=server_times(transport)[2:])]
     if floor is not None:
         rows.append(Row("store", "bare pymilvus BM25", "pymilvus", store, bare[2:],
                         "same collection and namespace, limit 3, alternating with memory_retrieve"))
@@ -633,6 +651,8 @@ def number(value: float, unit: str = "") -> str:
 
 def cells(row: Row) -> list[str]:
     name = f"{row.name} — {row.detail}" if row.detail else row.name
+    if row.server:  # over HTTP: what the server itself took, the rest is the wire and the client
+        name += f" (server {number(percentile(row.server, 0.5))} / {number(percentile(row.server, 0.95))} ms)"
     if row.value is not None:
         figure = f"{row.value:.2f}×" if row.unit == "×" else number(row.value, row.unit)
         return [name, row.via, row.scale, "", figure, "", "", row.target.text if row.target else "", row.status]
@@ -660,6 +680,8 @@ def render(report: Report) -> str:
         measured = getattr(row, row.target.metric)
         shown = f"{measured:.2f}×" if row.unit == "×" else number(
             measured, "items/s" if row.target.metric == "throughput" else "ms")
+        if row.server and row.target.metric in ("p50", "p95"):
+            shown += f" (server {number(percentile(row.server, 0.5 if row.target.metric == 'p50' else 0.95))})"
         lines.append(f"| {row.target.text} | {row.name} | {row.via} | {row.scale} | {shown} | {row.status} |")
     for section, title, first, scale in SECTIONS:
         lines += ["", f"## {title.format(store=label(max(config.sizes)))}", "", HEADER.format(first, scale)]
@@ -670,7 +692,9 @@ def render(report: Report) -> str:
     lines += ["", "## Quoted for orientation, not measured here", "", "| system | figure | source |", "|---|---|---|"]
     lines += [f"| {what} | {figure} | {source} |" for what, figure, source in MEM0]
     lines += ["", "Throughput is 1 / mean latency of sequential calls from one client. HTTP rows go through "
-              "`python server.py` (waitress) on loopback over one keep-alive connection; cold-start rows take "
+              "`python server.py` (waitress) on loopback over one keep-alive connection with the `requests` "
+              "client; \"server\" is the same percentile of what the server itself reported (Server-Timing), the "
+              "rest is the wire and the client. Cold-start rows take "
               f"{config.cold_starts} launches per store, the first of which also serves the HTTP rows."]
     return "\n".join(lines) + "\n"
 

@@ -73,3 +73,12 @@ def test_markdown_has_every_table_and_row(report: Report) -> None:
         assert "| " + " | ".join(cells(row)) + " |" in text
     for what, figure, _ in MEM0:
         assert what in text and figure in text
+
+
+def test_http_rows_carry_the_server_time_of_each_timed_call(report: Report) -> None:
+    for node in NODES:
+        http = find(report, "nodes", node, "HTTP", "80")
+        assert len(http.server) == len(http.times), node
+        assert all(0 < server <= total for server, total in zip(http.server, http.times, strict=True)), node
+        assert "(server " in cells(http)[0]
+        assert find(report, "nodes", node, "in-process", "80").server == []

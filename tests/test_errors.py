@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -100,6 +101,16 @@ def test_request_id_is_echoed_or_generated(client: FlaskClient) -> None:
     assert response.get_json()["request_id"] == "req-123" and response.headers["X-Request-Id"] == "req-123"
     generated = client.get("/healthz", headers={"X-Request-Id": "bad id with spaces"})
     assert generated.get_json()["request_id"] not in ("", "bad id with spaces")
+
+
+def test_every_answer_carries_the_server_time(client: FlaskClient, ns: dict[str, str]) -> None:
+    answers = [post(client, "memory_retrieve", {**ns, "query": "x"}), post(client, "memory_retrieve", {"query": 1}),
+               client.get("/healthz")]
+    for response in answers:
+        timing = response.headers["Server-Timing"]
+        assert re.fullmatch(r"app;dur=\d+\.\d{2}", timing), timing
+        assert 0 < float(timing.split("=")[1]) < 60_000
+    assert [r.status_code for r in answers] == [200, 422, 200]
 
 
 def test_success_envelope(client: FlaskClient, ns: dict[str, str]) -> None:
