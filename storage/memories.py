@@ -40,6 +40,8 @@ CACHED_INDEXES = 256
 CACHED_INDEX_ROWS = 50_000
 CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see MemoryRepository._agent_sessions)
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 log = logging.getLogger("acn.store")
 Stamp = tuple[int, int, int]
 GroupKey = tuple[str, str, str]  # tenant, agent, session
@@ -139,6 +141,14 @@ def one_per_text(hits: list[tuple[Memory, float]], limit: int) -> list[tuple[Mem
         elif score == kept[at][1] and memory.updated_at > kept[at][0].updated_at:
             kept[at] = (memory, score)
     return kept
+
+
+def _recent(cache: OrderedDict[K, V], key: K) -> V | None:
+    """Return a cached value and mark it the most recently used (the caches drop the least recently used)."""
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
 
 
 def _turn_of(memory: Memory) -> int:
@@ -427,9 +437,8 @@ class MemoryRepository:
     def _session_archive(self, tenant: str, namespace: Namespace) -> SessionArchive | None:
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._cache_lock:
-            archive = self._archives.get(key)
+            archive = _recent(self._archives, key)
             if archive is not None:
-                self._archives.move_to_end(key)
                 return archive
             epoch = self._archive_epoch
         where = session_filter(tenant, namespace).and_(Filter('kind == "turn"'))
@@ -546,9 +555,8 @@ class MemoryRepository:
             return None
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._cache_lock:
-            index = self._indexes.get(key)
+            index = _recent(self._indexes, key)
             if index is not None:
-                self._indexes.move_to_end(key)
                 return index
             if key in self._oversized or key in self._loading:
                 return None
@@ -620,9 +628,8 @@ class MemoryRepository:
         """Return every session of the agent holding session-scope rows (None: more than one query returns)."""
         key = (tenant, agent_id)
         with self._cache_lock:
-            known = self._agent_sessions.get(key)
+            known = _recent(self._agent_sessions, key)
             if known is not None:
-                self._agent_sessions.move_to_end(key)
                 return known
             if key in self._agent_sessions_loading or key in self._agent_sessions_overflow:
                 return None
