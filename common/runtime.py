@@ -10,6 +10,7 @@ from typing import Any
 from common.deps import Deps
 from common.settings import Settings
 from providers.embedders import load_embedder
+from providers.model_cache import cache_dir_setting
 from providers.openai_chat import ChatClient
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
@@ -51,8 +52,8 @@ class Runtime:
                             flush_every=settings.flush_every_writes,
                             flush_interval=settings.flush_interval_seconds).open()
         try:
-            memories = MemoryRepository(store, prefix=settings.collection_prefix,
-                                        embedder=load_embedder(settings.embedder),
+            embedder = load_embedder(settings.embedder, cache_dir_setting(settings.cache_dir))
+            memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
                                         index_rows=settings.local_index_rows)
             memories.open()
             sessions = SessionRepository(store, prefix=settings.collection_prefix,

