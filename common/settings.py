@@ -45,9 +45,9 @@ class Settings(StrictModel):
     cache_dir: str = Field(
         default="",
         description=(
-            "Folder for files derived from bundled models, so that a restart skips rebuilding them (the USE "
-            "embedder: ~85 MB, saves ~1 s on the first query). Empty: $XDG_CACHE_HOME or ~/.cache, under "
-            "agent-context-nodes; 'none': no cache."
+            "Folder for files derived from bundled models, so that a restart skips rebuilding them: jieba's "
+            "dictionary (~25 MB, ~0.4 s of every start) and the USE embedder's model (~85 MB, ~0.8 s of the first "
+            "query). Empty: $XDG_CACHE_HOME or ~/.cache, under agent-context-nodes; 'none': no cache."
         ),
     )
     llm_base_url: str = Field(

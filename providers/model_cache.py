@@ -10,6 +10,9 @@ sees a whole entry or none. Pickles execute code when loaded: an entry is read o
 user and writable by nobody else. Anything unexpected (a changed package, a torn or foreign file, a vector that
 differs from the one recorded when the entry was written) means the entry is ignored and the model is built
 the package's own way.
+
+jieba's prefix dictionary (498k entries) is the other start-up cost: jieba keeps it as a marshal file that
+takes ~0.6 s to load, during which no other thread runs; the same dictionary as a pickle loads in ~0.2 s.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -153,6 +157,73 @@ def _write_use_entry(entry: Path, parts: UseParts) -> None:
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_jieba_dictionary(tokenizer: Any, folder: Path | None) -> None:
+    """Initialise a jieba Tokenizer (jieba.dt for the shared one) from the cached prefix dictionary, else as jieba does.
+
+    Only jieba's default dictionary is cached; a tokenizer given another dictionary initialises itself.
+    """
+    import jieba
+
+    if folder is None or tokenizer.dictionary != jieba.DEFAULT_DICT:
+        tokenizer.initialize()
+        return
+    entry = folder / f"jieba-{_jieba_key()}.pickle"
+    with tokenizer.lock:  # the lock jieba's own initialize() takes: a concurrent first cut waits for this load
+        if tokenizer.initialized:
+            return
+        loaded = _read_jieba_entry(entry)
+        if loaded is not None:
+            tokenizer.FREQ, tokenizer.total = loaded
+            tokenizer.initialized = True
+            return
+    tokenizer.initialize()
+    _write_private_file(entry, lambda file: pickle.dump((tokenizer.FREQ, tokenizer.total), file,
+                                                        protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _jieba_key() -> str:
+    import jieba
+
+    stat = (Path(jieba.__file__).parent / jieba.DEFAULT_DICT_NAME).stat()
+    facts = [jieba.__version__, sys.version, pickle.HIGHEST_PROTOCOL, stat.st_size, stat.st_mtime_ns]
+    return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:20]
+
+
+def _read_jieba_entry(entry: Path) -> tuple[dict[str, int], int] | None:
+    if not entry.is_file():
+        return None
+    try:
+        _check_private(entry.parent)
+        _check_private(entry)
+        with open(entry, "rb") as file:
+            freq, total = pickle.load(file)
+        if not isinstance(freq, dict) or not freq or not isinstance(total, int) or total <= 0:
+            raise ValueError("not a prefix dictionary")
+    except Exception as error:  # any failure means "no usable entry": jieba loads its own
+        log.warning("ignoring the cached jieba dictionary", extra={"entry": str(entry), "error": str(error)})
+        return None
+    return freq, total
+
+
+def _write_private_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write a file only this user may read or write, atomically (a reader sees all of it or nothing)."""
+    staging = None
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_private(path.parent)
+        descriptor, name = tempfile.mkstemp(prefix=".staging-", dir=path.parent)  # mode 0600
+        staging = Path(name)
+        with open(descriptor, "wb") as file:
+            write(file)
+        os.replace(staging, path)
+        staging = None
+    except OSError as error:
+        log.warning("could not write the cache", extra={"path": str(path), "error": str(error)})
+    finally:
+        if staging is not None:
+            staging.unlink(missing_ok=True)
 
 
 def _private_file(path: Path) -> BinaryIO:

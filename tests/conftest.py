@@ -130,6 +130,8 @@ def assert_error(response: Any, status: int, code: str | None = None) -> dict[st
 def server_env(**extra: str) -> dict[str, str]:
     """Return an environment for a server subprocess."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACN_")}
+    # The model cache stays out of the user's ~/.cache (one folder for the whole run: later starts reuse it).
+    env["ACN_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"acn-test-model-cache-{os.getuid()}")
     env.update(extra)
     return env
 
