@@ -180,24 +180,29 @@ class MilvusStore(MemoryStore):
 
     def _after_write(self, collection: str, count: int) -> None:
         # Normally the background flusher writes segments while the store is quiet (between turns), off
-        # the request path; a writer that never pauses flushes inline once flush_every rows are pending,
-        # since searches over many unflushed rows are slow (STORAGE.md #5).
-        self._pending[collection] = self._pending.get(collection, 0) + count
+        # the request path; a writer that never pauses flushes a collection inline once flush_every of its
+        # rows are pending, since searches over many unflushed rows are slow (STORAGE.md #5). Per collection:
+        # a turn writes to two, and flushing each at its own count costs a request one flush, not both.
+        pending = self._pending.get(collection, 0) + count
+        self._pending[collection] = pending
         self._unflushed += count
         self._last_write = time.monotonic()
-        if self._unflushed >= self._flush_every:
-            self._flush_locked()
+        if pending >= self._flush_every:
+            self._flush_locked([collection])
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self, collections: list[str] | None = None) -> None:
+        """Flush the given collections (by default every one written since its last flush)."""
         if self._client is None:
             return
         with self._exclusive():
-            for name, count in list(self._pending.items()):  # only the collections written since the last flush
+            for name in list(self._pending) if collections is None else collections:
+                count = self._pending.get(name, 0)
                 if count:
-                    self._flush_one(name)
-                del self._pending[name]
+                    self._flush_one(name)  # a failure leaves the count pending: the flusher retries
+                self._pending.pop(name, None)
                 self._unflushed -= count
-        self._last_flush = time.monotonic()
+        if collections is None:
+            self._last_flush = time.monotonic()
 
     def _flush_one(self, collection: str) -> None:
         self._call(lambda client: client.flush(collection))

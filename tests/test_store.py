@@ -17,6 +17,7 @@ from providers.embedders import HashEmbedder
 from storage.base import Filter
 from storage.memories import MemoryRepository, kinds_filter, live_filter, scope_filter, to_record
 from storage.milvus import MAX_VARCHAR, MilvusStore
+from storage.sessions import SessionRepository, SessionState
 
 
 @pytest.fixture(params=["embedded", "server"])
@@ -141,6 +142,28 @@ def test_lite_flushes_once_writes_pause_and_a_server_waits_for_its_timer(tmp_pat
             assert (store.unflushed == 0) is flushed
         finally:
             store.close()
+
+
+def test_each_collection_is_flushed_inline_at_its_own_count(lite_server: str) -> None:
+    # A turn writes to two collections; each is flushed when its own rows reach flush_every, so one request
+    # pays one collection's flush. (A server store: only the long timer would flush otherwise.)
+    store = MilvusStore(lite_server, flush_every=10, flush_interval=1000.0).open()
+    try:
+        memories, prefix = repo_for(store), "f" + uuid.uuid4().hex[:8]
+        sessions = SessionRepository(store, prefix=prefix)
+        sessions.open()
+        ns = Namespace(agent_id="a", session_id="s")
+        for _ in range(4):
+            sessions.commit("t1", ns, SessionState(), reason="test")  # a snapshot row and the head row each
+        memories_of(ns, [f"第{i}条" for i in range(9)], memories)
+        assert store.unflushed == 17  # 8 + 9: neither collection has reached 10
+        memories_of(ns, ["第十条"], memories)
+        assert store.unflushed == 8  # the memories were flushed; the session rows still wait
+        sessions.commit("t1", ns, SessionState(), reason="test")
+        assert store.unflushed == 0
+        assert memories.count("t1", Filter("")) == 10 and sessions.head("t1", ns).version == 5
+    finally:
+        store.close()
 
 
 def test_a_row_just_written_is_found_while_flushes_run(tmp_path: Path) -> None:
