@@ -91,8 +91,14 @@ def expand_query(query: str) -> str:
     return f"{query} {' '.join(sorted(extra))}" if extra else query
 
 
-# Texts up to this long keep their BM25 tokens (queries, chat lines); tool output is tokenized each time.
+# Texts up to this long keep their BM25 tokens (queries, chat lines); longer ones (tool output) keep the tokens of
+# their blocks instead, below.
 CACHED_TOKENS_CHARS = 2000
+# jieba segments each run of word characters (its re_han_default blocks) on its own, so a text's tokens are
+# its blocks' tokens in order. Tool output repeats its blocks (JSON keys, statuses, field names) from one call to
+# the next: a 3 KB order-tracking result takes 4.6 ms from jieba and 1.4 ms with its blocks' tokens kept. Longer
+# blocks rarely recur and are segmented each time.
+CACHED_BLOCK_CHARS = 64
 
 
 def bm25_tokens(text: str) -> tuple[str, ...]:
@@ -106,9 +112,29 @@ def bm25_tokens(text: str) -> tuple[str, ...]:
 
 
 def _bm25_tokens(text: str) -> tuple[str, ...]:
+    """jieba.cut_for_search(text, HMM=True), lower case, whitespace dropped, one block at a time.
+
+    As jieba.Tokenizer.cut does: a block of word characters is segmented (and cut_for_search adds the
+    dictionary's 2- and 3-grams of each long word, within that word); between blocks every character is its own
+    token, and whitespace ones are dropped here. tests/test_text_terms.py holds this to jieba on random text.
+    """
     import jieba
 
-    return tuple(w.lower() for w in jieba.cut_for_search(text, HMM=True) if w.strip())
+    blocks = jieba.re_han_default.split(text)
+    tokens: list[str] = []
+    for index, block in enumerate(blocks):
+        if index % 2:  # split() with one capturing group: odd items are the blocks, even ones what lies between
+            tokens += _block_tokens_cached(block) if len(block) <= CACHED_BLOCK_CHARS else _block_tokens(block)
+        else:
+            tokens += [char.lower() for char in block if not char.isspace()]
+    return tuple(tokens)
 
 
+def _block_tokens(block: str) -> tuple[str, ...]:
+    import jieba
+
+    return tuple(w.lower() for w in jieba.cut_for_search(block, HMM=True))
+
+
+_block_tokens_cached = lru_cache(maxsize=65536)(_block_tokens)
 _bm25_tokens_cached = lru_cache(maxsize=32768)(_bm25_tokens)
