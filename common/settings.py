@@ -61,7 +61,8 @@ class Settings(StrictModel):
     llm_retries: int = Field(default=1, ge=0, le=5, description="Retries of a failed LLM call before fallback.")
     max_body_bytes: int = Field(default=2_000_000, gt=0, description="Largest accepted request body, in bytes.")
     flush_every_writes: int = Field(
-        default=200, gt=0, description="Flush the store after this many writes (Lite searches unflushed rows slowly)."
+        default=200, gt=0,
+        description="Flush a collection once this many writes to it wait (Lite searches unflushed rows slowly).",
     )
     flush_interval_seconds: float = Field(
         default=5.0, gt=0, description="Flush the store at least this often while writes are pending."
