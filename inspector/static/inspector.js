@@ -304,7 +304,7 @@ function setUpRollback() {
     const request = {...namespace(), version: chosen, expected_version: Number(MAIN.dataset.latestVersion)};
     document.getElementById("rollback-body").textContent = label("rollback_body", {v: chosen});
     document.getElementById("rollback-request").textContent =
-      `POST /v1/nodes/session_rollback\n${JSON.stringify(request, null, 2)}`;
+      `POST ${MAIN.dataset.nodeBase}session_rollback\n${JSON.stringify(request, null, 2)}`;
     dialog.returnValue = "";
     dialog.showModal();
   });
