@@ -31,6 +31,8 @@ from common.openapi import build_manifest, build_openapi
 from common.runtime import Runtime
 from common.settings import Settings
 from inspector import create_blueprint
+from inspector.signin import UiAuth
+from inspector.signin import covers as covers_ui
 from integrations.dify_extension import register_dify_extension
 from nodes import all_nodes
 from nodes.memory_admin import (
@@ -67,13 +69,14 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["acn_metrics"] = Metrics()
     nodes = all_nodes()
     app.extensions["acn_nodes"] = nodes
+    app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys)
     _register_hooks(app, keys)
     _register_errors(app)
     _register_node_routes(app, runtime, nodes)
     _register_admin_routes(app, runtime)
     _register_meta_routes(app, runtime, nodes)
     register_dify_extension(app, runtime)
-    # The inspector's /ui pages sit behind the same API-key check (before_request covers every path).
+    # The inspector's /ui pages take the API key header or their own sign-in cookie (inspector/signin.py).
     app.register_blueprint(create_blueprint())
     return app
 
@@ -82,6 +85,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 
 
 def _register_hooks(app: Flask, keys: dict[str, str]) -> None:
+    ui_auth: UiAuth = app.extensions["acn_ui_auth"]
     open_paths = {"/healthz", "/openapi.json", "/v1/manifest", "/metrics"}
 
     @app.before_request
@@ -89,7 +93,12 @@ def _register_hooks(app: Flask, keys: dict[str, str]) -> None:
         incoming = request.headers.get("X-Request-Id", "")
         g.request_id = incoming if REQUEST_ID.match(incoming) else uuid.uuid4().hex
         g.started = time.perf_counter()
-        g.tenant = authenticate(request.headers.get("Authorization"), keys) if request.path not in open_paths else ""
+        if request.path in open_paths:
+            g.tenant = ""
+        elif covers_ui(request.path):  # the key header, or the /ui sign-in cookie (which nothing outside /ui takes)
+            g.tenant = ui_auth.tenant(request)
+        else:
+            g.tenant = authenticate(request.headers.get("Authorization"), keys)
 
     @app.after_request
     def _finish(response: Response) -> Response:

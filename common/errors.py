@@ -25,6 +25,13 @@ class UnauthorizedError(PackError):
     code = "unauthorized"
 
 
+class CsrfError(PackError):
+    """A /ui action without the page's CSRF token: another site may have sent it."""
+
+    status = 403
+    code = "csrf_token_invalid"
+
+
 class NotFoundError(PackError):
     status = 404
     code = "not_found"

@@ -34,6 +34,14 @@ class Settings(StrictModel):
             "When set, every request needs 'Authorization: Bearer <key>'."
         ),
     )
+    ui_secret: str = Field(
+        default="",
+        description=("Secret that signs /ui sign-in cookies and CSRF tokens; give every replica the same one. Empty: "
+                     "derived from ACN_API_KEYS, so replicas with the same keys agree."),
+    )
+    ui_session_minutes: int = Field(
+        default=240, ge=1, le=10_080, description="How long a /ui sign-in lasts before the inspector asks again.",
+    )
     tokenizer: str = Field(
         default="cl100k_base",
         description=("tiktoken encoding for every token count (cl100k_base is read from the copy bundled in "

@@ -10,6 +10,17 @@ HTML_LANG = {"en": "en", "zh": "zh-CN"}
 KIND_LABELS_EN = {kind: kind for kind in KIND_LABELS_ZH} | {"turn": "archived turn"}
 
 EN: dict[str, str] = {
+    "sign_in": "Sign in",
+    "sign_in_intro": ("Sign in with an API key of this server. The key is exchanged for a session cookie that only "
+                      "the inspector accepts; it is not stored in the browser."),
+    "api_key": "API key",
+    "sign_in_failed": "That key is not valid.",
+    "sign_in_expired": "The sign-in form expired or came from another site; try again.",
+    "sign_out": "Sign out",
+    "signed_out": "Signed out.",
+    "auth_off": ("No API keys are configured (ACN_API_KEYS): the inspector is open to anyone who can reach this "
+                 "server, no sign-in needed."),
+    "open_inspector": "Open the inspector",
     "app_title": "Context inspector",
     "skip": "Skip to content",
     "language": "Language",
@@ -138,6 +149,17 @@ EN: dict[str, str] = {
 }
 
 ZH: dict[str, str] = {
+    "sign_in": "登录",
+    "sign_in_intro": ("用本服务的 API 密钥登录。密钥会换成只有检查器接受的会话 Cookie，"
+                      "浏览器不保存密钥本身。"),
+    "api_key": "API 密钥",
+    "sign_in_failed": "密钥无效。",
+    "sign_in_expired": "登录表单已过期或来自其他网站，请重试。",
+    "sign_out": "退出登录",
+    "signed_out": "已退出登录。",
+    "auth_off": ("未配置 API 密钥（ACN_API_KEYS）：能访问本服务的人都可以打开检查器，"
+                 "无需登录。"),
+    "open_inspector": "打开检查器",
     "app_title": "上下文检查器",
     "skip": "跳到正文",
     "language": "语言",

@@ -1,29 +1,47 @@
 """The /ui blueprint: server-rendered pages over the node functions.
 
-It adds no authentication of its own: server.py's before_request checks the API key on every path outside
-its open set, /ui and /ui/static included, and sets `g.tenant`, which every view reads through.
+server.py's before_request authenticates every /ui path through inspector.signin (the API key header, or the
+session cookie /ui/login hands out) and sets `g.tenant`, which every view reads through. This blueprint adds the
+sign-in pages and refuses any state-changing /ui request without the page's CSRF token.
 """
 
 from __future__ import annotations
 
+import hmac
+import secrets
 from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
-from flask import Blueprint, Response, current_app, g, render_template, request
+from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
+from common.auth import authenticate
 from common.deps import Deps
-from common.errors import ValidationError
+from common.errors import NotFoundError, PackError, ValidationError
 from common.models import Namespace
 from inspector.diff import version_diff
 from inspector.i18n import HTML_LANG, KIND_LABELS, LABELS, pick_language
 from inspector.namespaces import overview
 from inspector.session_view import session_page
+from inspector.signin import (
+    COOKIE_PATH,
+    LOGIN_COOKIE,
+    LOGIN_FORM_SECONDS,
+    LOGIN_PATH,
+    SESSION_COOKIE,
+    SignInRequired,
+    UiAuth,
+    safe_next,
+    same_origin,
+)
 
 LANGUAGE_COOKIE = "acn_ui_lang"
 KINDS = list(KIND_LABELS["en"])
 MODES = ("auto", "snapshot", "focused", "streaming")
 LAYERS = ("system", "memory", "working", "history", "user_input")
+# The nodes the session page calls. It calls them here, not at /v1, because the sign-in cookie only works here.
+UI_NODES = ("assemble", "memory_retrieve", "session_rollback")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 # Inline styles place segments over their turns; scripts come only from /ui/static.
 CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
 
@@ -36,6 +54,11 @@ def create_blueprint() -> Blueprint:
     blueprint.add_url_rule("/", "namespaces_slash", namespaces_view)
     blueprint.add_url_rule("/agents/<agent_id>/sessions/<session_id>", "session", session_view)
     blueprint.add_url_rule("/agents/<agent_id>/sessions/<session_id>/diff", "diff", diff_view)
+    blueprint.add_url_rule("/nodes/<name>", "node", node_view, methods=["POST"])
+    blueprint.add_url_rule("/login", "login", login_view, methods=["GET", "POST"])
+    blueprint.add_url_rule("/logout", "logout", logout_view, methods=["POST"])
+    blueprint.before_request(check_csrf)
+    blueprint.register_error_handler(SignInRequired, to_sign_in)
     blueprint.context_processor(template_context)
     blueprint.after_request(finish)
     return blueprint
@@ -89,6 +112,83 @@ def diff_view(agent_id: str, session_id: str) -> str:
     return render_template(f"inspector/{template}", diff=diff, ns=ns)
 
 
+def ui_auth() -> UiAuth:
+    return current_app.extensions["acn_ui_auth"]  # type: ignore[no-any-return]
+
+
+def check_csrf() -> None:
+    """Refuse a state-changing /ui request without this credential's CSRF token (sign-in checks its own)."""
+    if request.method in SAFE_METHODS or request.path == LOGIN_PATH:
+        return
+    presented = request.headers.get("X-CSRF-Token") or (request.form.get("csrf_token") if request.form else None)
+    credential = g.get("ui_credential")
+    ui_auth().check_csrf(credential.binding if credential else "", presented)
+
+
+def to_sign_in(_error: SignInRequired) -> Response:
+    """Send a browser that has no credential to the sign-in page, then back to where it was going."""
+    target = request.full_path.rstrip("?") if request.query_string else request.path
+    return redirect(url_for("inspector.login", next=target), code=303)
+
+
+def node_view(name: str) -> Response:
+    """Run one of the page's nodes for this tenant (the same models and errors as POST /v1/nodes/<name>)."""
+    # server.py imports this package; its request helpers are imported when a request needs them.
+    from server import ok_response, read_json_body, validate
+
+    spec = current_app.extensions["acn_nodes"].get(name)
+    if name not in UI_NODES or spec is None:
+        raise NotFoundError(f"the inspector calls only {', '.join(UI_NODES)}")
+    result = spec.run(validate(spec.request_model, read_json_body()), deps())
+    current_app.extensions["acn_metrics"].observe_result(name, result)
+    return ok_response(result)
+
+
+def login_view() -> Response | str:
+    auth = ui_auth()
+    if auth.open:
+        return render_template("inspector/login.html", open=True)
+    if request.method == "GET":
+        return login_form(200)
+    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    if not same_origin(request) or not nonce or not hmac_equal(request.form.get("csrf_token", ""),
+                                                                auth.login_token(nonce)):
+        return login_form(403, "sign_in_expired")
+    key = request.form.get("api_key", "").strip()
+    try:
+        authenticate(f"Bearer {key}", auth.keys)
+    except PackError:
+        return login_form(401, "sign_in_failed")
+    response = redirect(safe_next(request.form.get("next")), code=303)
+    response.set_cookie(SESSION_COOKIE, auth.issue(key), max_age=auth.lifetime, path=COOKIE_PATH,
+                        secure=request.is_secure, httponly=True, samesite="Strict")
+    response.delete_cookie(LOGIN_COOKIE, path=LOGIN_PATH, secure=request.is_secure, httponly=True, samesite="Strict")
+    return response
+
+
+def login_form(status: int, problem: str = "") -> Response:
+    """Render the sign-in form with a fresh login CSRF token bound to a short-lived cookie."""
+    nonce = secrets.token_urlsafe(16)
+    target = safe_next(request.values.get("next"))
+    page = render_template("inspector/login.html", open=False, problem=problem, next=target,
+                           login_csrf=ui_auth().login_token(nonce))
+    response = Response(page, status=status, mimetype="text/html")
+    response.set_cookie(LOGIN_COOKIE, nonce, max_age=LOGIN_FORM_SECONDS, path=LOGIN_PATH, secure=request.is_secure,
+                        httponly=True, samesite="Strict")
+    return response
+
+
+def logout_view() -> Response:
+    response = redirect(url_for("inspector.login", **({} if ui_auth().open else {"signed_out": "1"})), code=303)
+    response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, secure=request.is_secure, httponly=True,
+                           samesite="Strict")
+    return response
+
+
+def hmac_equal(presented: str, expected: str) -> bool:
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
 def template_context() -> dict[str, Any]:
     lang = language()
     labels = LABELS[lang]
@@ -96,7 +196,10 @@ def template_context() -> dict[str, Any]:
     def label(name: str, **values: Any) -> str:
         return labels[name].format(**values)
 
-    return {"lang": lang, "html_lang": HTML_LANG[lang], "t": labels, "label": label,
+    credential = g.get("ui_credential")
+    return {"csrf_token": ui_auth().csrf_token(credential.binding) if credential else "",
+            "signed_in": bool(credential and credential.session), "lang": lang, "html_lang": HTML_LANG[lang],
+            "t": labels, "label": label,
             "kind_label": lambda kind: KIND_LABELS[lang].get(kind, kind), "utc": utc_text,
             "script_labels": {**labels, **{f"kind_{k}": v for k, v in KIND_LABELS[lang].items()}}}
 

@@ -151,6 +151,91 @@ def test_ui_sits_behind_the_api_key(server: Server) -> None:
     assert "default-src 'self'" in page.headers["Content-Security-Policy"]
 
 
+@pytest.fixture()
+def keyless_context(browser: Browser) -> Iterator[BrowserContext]:
+    """A browser profile that sends no Authorization header: it has to sign in."""
+    context = browser.new_context(locale="en-US", timezone_id="UTC", viewport=LAPTOP)
+    context.set_default_timeout(15_000)
+    yield context
+    context.close()
+
+
+def sign_in(page: Page, key: str) -> None:
+    page.get_by_label("API key").fill(key)
+    with page.expect_navigation():
+        page.get_by_role("button", name="Sign in").click()
+
+
+def session_cookie(context: BrowserContext) -> dict[str, Any] | None:
+    return next((dict(c) for c in context.cookies() if c["name"] == "acn_ui_session"), None)
+
+
+def test_sign_in_through_the_form_use_the_page_and_sign_out(keyless_context: BrowserContext, server: Server,
+                                                            tmp_path: Path) -> None:
+    page = keyless_context.new_page()
+    page.goto(server.url(NS))
+    expect(page).to_have_url(re.compile(r"/ui/login\?next="))
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    sign_in(page, "not-the-key")
+    expect(page.get_by_role("alert")).to_have_text("That key is not valid.")
+    assert session_cookie(keyless_context) is None
+    screenshot(page, tmp_path, "sign-in")
+
+    sign_in(page, API_KEY)
+    assert page.url == server.url(NS)  # back where it was going
+    expect(page.locator('.summary [data-field="turns"]')).to_have_text("60")
+    cookie = session_cookie(keyless_context)
+    assert cookie is not None and API_KEY not in cookie["value"]
+    assert (cookie["httpOnly"], cookie["sameSite"], cookie["path"], cookie["secure"]) == (True, "Strict", "/ui", False)
+    assert "acn_ui_session" not in page.evaluate("document.cookie")  # out of reach of any script
+    # The page's node calls run on the cookie alone (through /ui, with the page's CSRF token).
+    page.locator("#assemble-input").fill("What is the plan?")
+    page.locator("#assemble-form button[type=submit]").click()
+    finish(page, "#assemble-form")
+    expect(page.locator("#assemble-result")).to_be_visible()
+    # The same browser gets nothing from the API itself: the cookie is not a credential there.
+    api_status = page.evaluate("""base => fetch(base + "/v1/nodes/session_state", {method: "POST",
+        credentials: "include", headers: {"Content-Type": "application/json"},
+        body: JSON.stringify({agent_id: "cs-bot", session_id: "conv-60"})}).then(r => r.status)""", server.base)
+    assert api_status == 401
+
+    with page.expect_navigation():
+        page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("status")).to_have_text("Signed out.")
+    assert session_cookie(keyless_context) is None
+    page.goto(server.base + "/ui")
+    expect(page).to_have_url(re.compile(r"/ui/login"))
+
+
+def test_another_site_cannot_act_with_the_sign_in_cookie(keyless_context: BrowserContext, server: Server) -> None:
+    victim_ns = {"agent_id": "cs-bot", "session_id": "conv-csrf"}
+    for turn in (1, 2):
+        server.node("record_turn", {**victim_ns, "messages": turn_messages(turn)})
+    page = keyless_context.new_page()
+    page.goto(server.url(victim_ns))
+    sign_in(page, API_KEY)
+    assert session_cookie(keyless_context) is not None
+    # "localhost" is another site than "127.0.0.1": its page tries a rollback and a sign-out with the cookie.
+    evil = server.base.replace("127.0.0.1", "localhost") + "/evil"
+    target = server.base
+    attack = f"""<!doctype html><html><body>
+<form id="out" method="post" action="{target}/ui/logout"><input name="csrf_token" value="guess"></form>
+<script>
+fetch("{target}/ui/nodes/session_rollback", {{method: "POST", mode: "no-cors", credentials: "include",
+  body: JSON.stringify({{agent_id: "cs-bot", session_id: "conv-csrf", version: 1}})}})
+  .finally(() => document.getElementById("out").submit());
+</script></body></html>"""
+    keyless_context.route(evil, lambda route: route.fulfill(status=200, content_type="text/html", body=attack))
+    attacker = keyless_context.new_page()
+    with attacker.expect_navigation():
+        attacker.goto(evil)
+    attacker.wait_for_load_state()
+    assert server.node("session_versions", victim_ns)["latest"] == 2
+    assert session_cookie(keyless_context) is not None
+    page.goto(server.url(victim_ns))
+    expect(page.locator('.summary [data-field="version"]')).to_have_text("2")
+
+
 def test_namespaces_list_agents_and_sessions_and_search(open_page: Callable[..., Page], server: Server,
                                                         tmp_path: Path) -> None:
     page = open_page(server.base + "/ui")

@@ -116,6 +116,7 @@ function setUpMemoryFilters() {
 // -- node calls --------------------------------------------------------------------------------
 
 const MAIN = document.getElementById("main");
+const CSRF_TOKEN = document.querySelector('meta[name="csrf-token"]').content;
 
 function namespace() {
   return {agent_id: MAIN.dataset.agentId, session_id: MAIN.dataset.sessionId};
@@ -123,7 +124,9 @@ function namespace() {
 
 async function callNode(name, payload) {
   const response = await fetch(MAIN.dataset.nodeBase + name, {
-    method: "POST", credentials: "same-origin", headers: {"Content-Type": "application/json"},
+    // The inspector's own route for the node (the sign-in cookie works only under /ui), with the page's CSRF token.
+    method: "POST", credentials: "same-origin",
+    headers: {"Content-Type": "application/json", "X-CSRF-Token": CSRF_TOKEN},
     body: JSON.stringify({...namespace(), ...payload}),
   });
   const body = await response.json().catch(() => ({ok: false, error: response.statusText}));
@@ -301,7 +304,7 @@ function setUpRollback() {
     const request = {...namespace(), version: chosen, expected_version: Number(MAIN.dataset.latestVersion)};
     document.getElementById("rollback-body").textContent = label("rollback_body", {v: chosen});
     document.getElementById("rollback-request").textContent =
-      `POST /v1/nodes/session_rollback\n${JSON.stringify(request, null, 2)}`;
+      `POST ${MAIN.dataset.nodeBase}session_rollback\n${JSON.stringify(request, null, 2)}`;
     dialog.returnValue = "";
     dialog.showModal();
   });
