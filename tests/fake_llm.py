@@ -144,3 +144,15 @@ def fake_llm() -> Iterator[FakeLLM]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture
+def allowed_fake_llm(app: Any, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> FakeLLM:
+    """The fake, with the session app's operator allow-list (ACN_LLM_ALLOWED_URLS) naming it for one test.
+
+    Its URL is an IP literal on loopback: the allow-list entry is the operator's consent to that address.
+    """
+    runtime = app.extensions["acn"]
+    monkeypatch.setattr(runtime, "settings",
+                        runtime.settings.model_copy(update={"llm_allowed_urls": fake_llm.base_url}))
+    return fake_llm
