@@ -86,8 +86,6 @@ def parse_url(url: str) -> Target:
             raise LlmNotAllowedError("LLM URL refused: a numeric host must be a canonical IP address")
         if not _HOST_NAME.match(host):
             raise LlmNotAllowedError("LLM URL refused: the host is not a valid DNS name or IP address")
-    elif "%" in host:
-        raise LlmNotAllowedError("LLM URL refused: IPv6 zone identifiers are not allowed")
     segments = parts.path.split("/")
     if any(segment in (".", "..") for segment in segments):
         raise LlmNotAllowedError("LLM URL refused: '.' and '..' path segments are not allowed")

@@ -20,9 +20,9 @@ import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
-from common.errors import LlmNotAllowedError
+from common.errors import ConfigurationError, LlmNotAllowedError, ProviderError
 from common.settings import Settings
-from providers.llm_guard import address_problem, parse_url, resolve_checked
+from providers.llm_guard import address_problem, allowed_entry, parse_allow_list, parse_url, resolve_checked
 from providers.openai_chat import ChatClient, request_endpoint
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
 from tests.conftest import post, serving
@@ -143,6 +143,19 @@ def test_every_ssrf_form_is_refused_over_http(client: FlaskClient, ns: dict[str,
     assert refused == SSRF_FORMS
     assert fake_llm.requests == []
     print(f"SSRF cases refused: {len(refused)} of {len(SSRF_FORMS)}")
+
+
+def test_allow_list_matches_parsed_parts_on_segment_boundaries() -> None:
+    entries = parse_allow_list(" https://LLM.example.com/v1/ , http://10.0.0.5:11434/v1")
+    allowed = ["https://llm.example.com/v1", "https://llm.example.com:443/v1/", "https://llm.example.com/v1/x",
+               "HTTPS://llm.EXAMPLE.com/v1", "http://10.0.0.5:11434/v1"]
+    refused = ["https://llm.example.com/v10", "https://llm.example.com/", "http://llm.example.com/v1",
+               "https://llm.example.com:8443/v1", "https://llm.example.com.evil.test/v1",
+               "https://evil.test/llm.example.com/v1", "http://10.0.0.5/v1", "http://10.0.0.5:11434/v2"]
+    assert all(allowed_entry(parse_url(url), entries) is not None for url in allowed)
+    assert all(allowed_entry(parse_url(url), entries) is None for url in refused)
+    with pytest.raises(ConfigurationError, match="ACN_LLM_ALLOWED_URLS"):
+        parse_allow_list("http://127.1:8000/v1")
 
 
 @pytest.mark.parametrize("address", [
@@ -299,3 +312,79 @@ def _post_quietly(url: str, body: dict[str, Any]) -> None:
         requests.post(url, json=body, timeout=60)
     except requests.RequestException:
         pass
+
+
+def _self_signed(folder: Any, name: str) -> tuple[str, str]:
+    """Write a self-signed certificate for name (and its key); return their paths."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_pinned_https_keeps_the_name_for_sni_and_the_certificate(tmp_path: Any) -> None:
+    """Connecting to the checked IP must not weaken TLS: SNI and certificate checks still use the URL's name."""
+    import ssl
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    cert, key = _self_signed(tmp_path, "llm.pin.test")
+    seen: dict[str, Any] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen["host"] = self.headers["Host"]
+            body = json.dumps({"choices": [{"message": {"content": '{"ok": 1}'}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+
+    def remember_sni(sock: Any, name: str, ctx: Any) -> None:
+        seen.setdefault("sni", name)
+
+    context.sni_callback = remember_sni
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    try:
+        outcomes = []
+        for name in ("llm.pin.test", "other.pin.test"):
+            target = parse_url(f"https://{name}:{port}/v1")
+            with ChatClient(target.url, "m", timeout_seconds=3, retries=0, pinned=(target, "127.0.0.1")) as chat:
+                chat._session.verify = cert  # trust the test's own CA (a real endpoint uses the system store)
+                try:
+                    outcomes.append(chat.complete_json("s", "u"))
+                except ProviderError as error:
+                    outcomes.append(error.message)
+        assert outcomes[0] == {"ok": 1} and "SSLError" in outcomes[1]  # the certificate is checked for the name
+        assert seen == {"sni": "llm.pin.test", "host": f"llm.pin.test:{port}"}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
