@@ -81,3 +81,21 @@ class StoreUnavailableError(PackError):
 class ProviderTimeoutError(PackError):
     status = 504
     code = "provider_timeout"
+
+
+class LlmNotAllowedError(PackError):
+    """A request asked for an LLM endpoint or override the operator does not allow."""
+
+    status = 403
+    code = "llm_url_not_allowed"
+
+
+class LlmOverrideNotAllowedError(LlmNotAllowedError):
+    code = "llm_override_not_allowed"
+
+
+class LlmBusyError(PackError):
+    """Every outbound LLM slot is taken (ACN_LLM_MAX_CONCURRENT); the server answers 503 with Retry-After."""
+
+    status = 503
+    code = "llm_busy"

@@ -12,6 +12,7 @@ from common.deps import Deps
 from common.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
 from providers.embedders import load_embedder
+from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
@@ -39,6 +40,7 @@ class Runtime:
     memories: MemoryRepository
     sessions: SessionRepository
     chat: ChatClient | None = None
+    llm_gate: LlmGate | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     _closed: threading.Event = field(default_factory=threading.Event)
 
@@ -49,6 +51,7 @@ class Runtime:
         # jieba's own): load it while the store opens, so the first request does not wait for it (jieba's own
         # lock makes an early caller wait).
         cache = cache_dir_setting(settings.cache_dir)
+        parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
         threading.Thread(target=_load_jieba, args=(cache,), name="acn-jieba", daemon=True).start()
         tokenizer = load_tokenizer(settings.tokenizer, cache)
         store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
@@ -70,14 +73,14 @@ class Runtime:
         # The LLM is optional: with no base URL configured, compaction stays extractive.
         chat = ChatClient.from_settings(settings)
         runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
-                      chat=chat)
+                      chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent))
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
     def deps(self, tenant: str) -> Deps:
         """Return the dependencies a node call gets, for one tenant."""
         providers: dict[str, Any] = {"memories": self.memories, "sessions": self.sessions,
-                                     "chat": self.chat, **self.extra}
+                                     "chat": self.chat, "llm_gate": self.llm_gate, **self.extra}
         return Deps(settings=self.settings, tokenizer=self.tokenizer, store=self.store, tenant=tenant,
                     providers=providers)
 

@@ -64,7 +64,23 @@ class Settings(StrictModel):
         default="", description="OpenAI-compatible base URL for the optional LLM compaction engine (…/v1)."
     )
     llm_model: str = Field(default="", description="Model name sent to the LLM endpoint.")
-    llm_api_key: str = Field(default="", description="Bearer key for the LLM endpoint.")
+    llm_api_key: str = Field(
+        default="", description="Bearer key for the LLM endpoint; sent to ACN_LLM_BASE_URL only, never elsewhere."
+    )
+    llm_allowed_urls: str = Field(
+        default="",
+        description=(
+            "Comma-separated base URLs a request's llm.base_url may name (scheme, host, port and path prefix must "
+            "match, as parsed). Empty (the default): request-chosen LLM URLs are refused (403 llm_url_not_allowed). "
+            "Such a URL never gets ACN_LLM_API_KEY, only a key the request carries; its host must resolve to public "
+            "addresses only, unless the entry names an IP address itself (consent to that private address)."
+        ),
+    )
+    llm_max_concurrent: int = Field(
+        default=4, ge=1, le=256,
+        description="Outbound LLM calls at once; past it compact answers 503 llm_busy with Retry-After and "
+                    "record_turn defers its compaction (reason llm_busy).",
+    )
     llm_timeout_seconds: float = Field(default=20.0, gt=0, description="Timeout of one LLM call.")
     llm_retries: int = Field(default=1, ge=0, le=5, description="Retries of a failed LLM call before fallback.")
     max_body_bytes: int = Field(default=2_000_000, gt=0, description="Largest accepted request body, in bytes.")

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from common.errors import ProviderError, ProviderTimeoutError, ValidationError
 from common.models import Message, Segment
-from compaction.extractive import source_numbers, summarize_extractive
+from compaction.extractive import source_numbers, source_text, summarize_extractive
 from compaction.llm import summarize_llm
 from compaction.merge import merge_segments
-from compaction.render import finish_segment
+from compaction.render import finish_segment, segment_body
 from compaction.segments import Turn, cut_segments, group_turns, next_turn_number, segment_id, user_sentences
 from compaction.state import WorkingState, working_state
-from compaction.verify import self_check, verify_numbers
+from compaction.verify import grounding_problems, self_check, verify_numbers
 from providers.openai_chat import ChatClient
 from text.lang import detect_language
 from text.tokens import Tokenizer
 
+log = logging.getLogger("acn.compaction")
 ENGINES = ("extractive", "llm", "auto")
 Summarizer = Callable[[list[Turn], WorkingState, str], Segment]
 
@@ -47,7 +49,17 @@ class _Run:
 
 
 class _SelfCheckError(Exception):
-    """Internal: an LLM segment lost the previous goal or a constraint."""
+    """Internal: an LLM segment lost the previous goal or a constraint, or is not grounded in its turns.
+
+    Its message names only the kinds of problem: the details quote the LLM's text, which goes to the log, not
+    to the caller (fallback_reason).
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        kinds = dict.fromkeys(problem.split(":", 1)[0] if " lost" in problem.split(":", 1)[0] else problem
+                              for problem in problems)
+        super().__init__("; ".join(kinds))
+        log.warning("LLM segment refused", extra={"problems": problems})
 
 
 def compact_turns(
@@ -117,6 +129,7 @@ def _run_engines(
         reason = f"LLM failed: {error.message}"
     except _SelfCheckError as error:
         reason = f"LLM summary failed the self-check: {error}"
+    log.info("LLM engine fell back to extractive", extra={"reason": reason})
     return extractive(), "extractive", reason
 
 
@@ -136,9 +149,12 @@ def _run(
         state = working_state(history)
         draft = summarize(turns, state, lang)
         if check:
-            problems = self_check(history, [draft], user_sentences(turns))
+            # What the LLM may draw on: these turns and the segments before them (its prompt carries their state).
+            source = "\n".join([source_text(turns), *(segment_body(s) for s in history),
+                                *(v for s in history for v in s.key_numbers.values())])
+            problems = grounding_problems(draft, source) or self_check(history, [draft], user_sentences(turns))
             if problems:
-                raise _SelfCheckError("; ".join(problems))
+                raise _SelfCheckError(problems)
         verified = verify_numbers(draft, source_numbers(turns))
         run.in_source += verified.in_source
         run.preserved += verified.preserved

@@ -151,7 +151,9 @@ def parse_summary(reply: dict[str, Any]) -> LlmSummary:
     try:
         return LlmSummary.model_validate(reply)
     except PydanticValidationError as error:
-        fields = sorted({".".join(str(part) for part in item["loc"]) for item in error.errors()})
+        # Top-level field names only: a deeper location could carry a key the LLM chose.
+        fields = sorted({str(item["loc"][0]) for item in error.errors()
+                         if item["loc"] and str(item["loc"][0]) in LlmSummary.model_fields} or {"(root)"})
         raise ProviderError(f"LLM reply does not match the summary schema ({', '.join(fields)})") from None
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
+from common.errors import LlmBusyError
 from common.models import (
     MAX_VERSION,
     Memory,
@@ -27,7 +28,8 @@ from compaction.render import render_working_summary
 from compaction.segments import Turn, group_turns, split_recent
 from nodes.memory_write import repository
 from nodes.spec import Description, NodeSpec
-from providers.openai_chat import ChatClient
+from providers.llm_guard import LlmGate
+from providers.openai_chat import ChatClient, request_endpoint
 from storage.memories import MemoryRepository, new_memory_id
 from storage.sessions import SessionRepository, SessionState
 from text.tokens import Tokenizer
@@ -37,12 +39,18 @@ ARCHIVE_CHUNK_CHARS = 8000
 
 
 class LlmOverrides(StrictModel):
-    """Per-request LLM endpoint, overriding the ACN_LLM_* settings."""
+    """Per-request LLM endpoint, overriding the ACN_LLM_* settings (within what the operator allows)."""
 
-    base_url: str | None = Field(default=None, max_length=500, pattern=r"^https?://")
-    model: str | None = Field(default=None, max_length=200)
+    base_url: str | None = Field(
+        default=None, max_length=500, pattern=r"^https?://",
+        description="Refused (403 llm_url_not_allowed) unless listed in the server's ACN_LLM_ALLOWED_URLS; such a "
+                    "URL gets only this request's api_key, never the server's.")
+    model: str | None = Field(default=None, max_length=200,
+                              description="Another model than the server's needs this request's own api_key.")
     api_key: str | None = Field(default=None, max_length=500)
-    timeout_seconds: float | None = Field(default=None, gt=0, le=300)
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, le=300,
+        description="Lowered to the server's ACN_LLM_TIMEOUT_SECONDS (and to 60 s for a request-chosen URL).")
 
 
 class CompactOptions(StrictModel):
@@ -86,7 +94,8 @@ class CompactStats(StrictModel):
 
 
 # waiting_for_segment: over the trigger with wait_for_segment set, but the old turns do not fill a segment yet.
-Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact", "waiting_for_segment"]
+# llm_busy: record_turn's compaction was due but every outbound LLM slot was taken; the next turn tries again.
+Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact", "waiting_for_segment", "llm_busy"]
 # Verbatim turns past this share of the trigger are compacted without waiting for a whole segment: then they are
 # what crowds the context (long turns, a large tool output), not the summary.
 PARTIAL_SEGMENT_SHARE = 0.5
@@ -107,6 +116,7 @@ class CompactResponse(NodeResponse):
 
 def run(request: CompactRequest, deps: Deps) -> CompactResponse:
     """Compact the given messages, or the session buffer under the session lock."""
+    check_llm_options(request, deps)
     if request.messages is not None:
         state = SessionState(buffer=request.messages)
         return compact_state(request, state, deps, persist_archive=request.persist, force=request.force)[1]
@@ -122,8 +132,13 @@ def run(request: CompactRequest, deps: Deps) -> CompactResponse:
 
 
 def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, persist_archive: bool,
-                  force: bool = True, namespace: Namespace | None = None) -> tuple[SessionState, CompactResponse]:
-    """Return the state after compaction (if triggered) and the response describing it."""
+                  force: bool = True, namespace: Namespace | None = None,
+                  defer_when_busy: bool = False) -> tuple[SessionState, CompactResponse]:
+    """Return the state after compaction (if triggered) and the response describing it.
+
+    defer_when_busy: when every outbound LLM slot is taken, leave the state as it is (reason llm_busy) instead
+    of raising LlmBusyError (503).
+    """
     namespace = namespace or (options if isinstance(options, Namespace) else None)
     tokenizer = deps.tokenizer
     before = history_tokens(state.buffer, state.segments, tokenizer)
@@ -133,10 +148,12 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     if reason not in ("forced", "triggered"):
         return state, unchanged_response(state, reason, before)
     to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
-    with chat_client(options, deps) as chat:
-        outcome = compact_turns([m for t in to_compact for m in t.messages], state.segments,
-                                segment_size=options.segment_size, max_segments=options.max_segments,
-                                engine=options.engine, chat=chat, tokenizer=tokenizer)
+    try:
+        outcome = _compact_with_llm_slot(options, deps, to_compact, state, tokenizer)
+    except LlmBusyError:
+        if not defer_when_busy:
+            raise
+        return state, unchanged_response(state, "llm_busy", before)
     # Turns recorded through record_turn were archived verbatim when they arrived.
     unarchived = [t for t in to_compact if t.number > state.archived_turn]
     archived = (archive_turns(repository(deps), deps.tenant, namespace, unarchived)
@@ -144,6 +161,15 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     kept = [m for t in old[len(to_compact):] + recent for m in t.messages]
     new_state = state.model_copy(update={"buffer": kept, "segments": outcome.segments})
     return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)
+
+
+def _compact_with_llm_slot(options: CompactOptions, deps: Deps, to_compact: list[Turn], state: SessionState,
+                           tokenizer: Tokenizer) -> CompactionOutcome:
+    """Run the engines; an LLM call holds one of the server's outbound slots for its whole run."""
+    with chat_client(options, deps) as chat:
+        return compact_turns([m for t in to_compact for m in t.messages], state.segments,
+                             segment_size=options.segment_size, max_segments=options.max_segments,
+                             engine=options.engine, chat=chat, tokenizer=tokenizer)
 
 
 def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn], *, force: bool) -> Reason:
@@ -181,16 +207,35 @@ def history_tokens(buffer: list[Message], segments: list[Segment], tokenizer: To
     return sum(s.tokens for s in segments) + sum(tokenizer.count_message(m) for m in buffer)
 
 
+def check_llm_options(options: CompactOptions, deps: Deps) -> None:
+    """Refuse (403) an `llm` override the operator does not allow, before anything is read or written.
+
+    Checked whenever overrides are given, even if this call ends up not compacting: a request that names a
+    refused URL is told so at once, not on the turn its trigger fires.
+    """
+    if options.llm is not None:
+        request_endpoint(deps.settings, options.llm.model_dump(exclude_none=True))
+
+
 @contextmanager
 def chat_client(options: CompactOptions, deps: Deps) -> Iterator[ChatClient | None]:
-    """Yield the LLM client for this call: per-request overrides, else the configured one."""
-    overrides = options.llm.model_dump(exclude_none=True) if options.llm else {}
-    if not overrides:
-        yield deps.providers.get("chat")
+    """Yield the LLM client for this call (per-request overrides within policy, else the configured one).
+
+    While the client is in use it holds an outbound slot (LlmGate): LlmBusyError when none is free.
+    """
+    if options.engine == "extractive":
+        yield None
         return
-    client = ChatClient.from_settings(deps.settings, overrides)
+    overrides = options.llm.model_dump(exclude_none=True) if options.llm else {}
+    client = ChatClient.for_request(deps.settings, overrides) if overrides else None
+    chat = client if overrides else deps.providers.get("chat")
+    gate: LlmGate | None = deps.providers.get("llm_gate")
     try:
-        yield client
+        if chat is None or gate is None:
+            yield chat
+            return
+        with gate.slot():
+            yield chat
     finally:
         if client is not None:
             client.close()

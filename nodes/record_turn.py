@@ -19,7 +19,7 @@ from common.models import (
     parse_json_object,
 )
 from compaction.segments import group_turns
-from nodes.compact import CompactOptions, CompactStats, archive_turns, compact_state
+from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
 from nodes.edit_context import Edit, EditContextRequest, EditRules
 from nodes.edit_context import run as edit_context
 from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_items
@@ -67,6 +67,8 @@ class RecordTurnResponse(NodeResponse):
 def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
     """Record one turn under the session lock; a stale expected_version changes nothing (409)."""
     sessions: SessionRepository = deps.providers["sessions"]
+    if request.compact:
+        check_llm_options(request.compaction, deps)  # a refused LLM override changes nothing stored
     with sessions.locked(deps.tenant, request):
         state = sessions.head(deps.tenant, request)
         if request.expected_version is not None and request.expected_version != state.version:
@@ -126,8 +128,9 @@ def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -
                              numbers_restored=0)
         return state, CompactionSummary(compacted=False, reason="disabled", segments=len(state.segments),
                                         stats=stats, archived_ids=[], engine_used="none")
+    # Busy LLM slots must not fail the turn (it would be lost to the caller): compaction waits for a later turn.
     new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
-                                        namespace=request)
+                                        namespace=request, defer_when_busy=True)
     return new_state, CompactionSummary(compacted=response.compacted, reason=response.reason,
                                         segments=len(new_state.segments), stats=response.stats,
                                         archived_ids=response.archived_ids, engine_used=response.engine_used,

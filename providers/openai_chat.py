@@ -3,21 +3,44 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ReadTimeoutError
 
-from common.errors import ProviderError, ProviderTimeoutError, ValidationError
+from common.errors import (
+    LlmNotAllowedError,
+    LlmOverrideNotAllowedError,
+    ProviderError,
+    ProviderTimeoutError,
+    ValidationError,
+)
 from common.settings import Settings
+from providers.llm_guard import (
+    MAX_REQUEST_RETRIES,
+    MAX_REQUEST_TIMEOUT_SECONDS,
+    Target,
+    allowed_entry,
+    parse_allow_list,
+    parse_url,
+    resolve_checked,
+)
 
+log = logging.getLogger("acn.llm")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 BACKOFF_SECONDS = 0.2
 MAX_BODY_BYTES = 4_000_000
-OVERRIDE_FIELDS = ("base_url", "model", "api_key", "timeout_seconds", "retries")
+# What the server's own configuration may be adjusted by (never the URL or the key: see request_client).
+OVERRIDE_FIELDS = ("model", "timeout_seconds", "retries")
+# What a request's `llm` object may carry.
+REQUEST_OVERRIDE_FIELDS = ("base_url", "model", "api_key", "timeout_seconds")
+# How much of an upstream error body the log keeps (the caller never sees any of it).
+LOGGED_BODY_CHARS = 200
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 
 
@@ -29,8 +52,25 @@ class _Retryable(Exception):
         self.message = message
 
 
+class _PinnedTLSAdapter(HTTPAdapter):
+    """Connect to a checked IP address while TLS still sends and verifies the host name (SNI, certificate)."""
+
+    def __init__(self, hostname: str) -> None:
+        self._hostname = hostname
+        super().__init__(max_retries=0)
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
+        pool_kwargs.update(server_hostname=self._hostname, assert_hostname=self._hostname)
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+
+
 class ChatClient:
-    """Call POST {base_url}/chat/completions and return the reply content parsed as a JSON object."""
+    """Call POST {base_url}/chat/completions and return the reply content parsed as a JSON object.
+
+    pinned: (target, address) for a request-chosen endpoint: every connection goes to that already-checked
+    address, never to a fresh DNS answer (DNS rebinding between check and connect cannot move it), with the
+    target's name kept in Host and TLS; proxies from the environment are ignored for the same reason.
+    """
 
     def __init__(
         self,
@@ -39,6 +79,7 @@ class ChatClient:
         api_key: str = "",
         timeout_seconds: float = 20.0,
         retries: int = 1,
+        pinned: tuple[Target, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -46,6 +87,15 @@ class ChatClient:
         self.retries = max(0, int(retries))
         # Creating a Session opens no connection; it only holds the pool for keep-alive reuse.
         self._session = requests.Session()
+        self._url = f"{self.base_url}/chat/completions"
+        if pinned is not None:
+            target, address = pinned
+            host = f"[{address}]" if ":" in address else address
+            self._url = f"{target.scheme}://{host}:{target.port}{target.path}/chat/completions"
+            self._session.trust_env = False
+            self._session.headers["Host"] = target.netloc
+            if target.scheme == "https":
+                self._session.mount("https://", _PinnedTLSAdapter(target.host))
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
 
@@ -53,7 +103,10 @@ class ChatClient:
     def from_settings(
         cls, settings: Settings, overrides: Mapping[str, Any] | None = None
     ) -> ChatClient | None:
-        """Build a client from llm_* settings plus overrides; None when no base URL is configured."""
+        """Build a client for the operator's endpoint from llm_* settings; None when no base URL is configured.
+
+        Overrides may lower the timeout and retries (never raise them) and change the model.
+        """
         values: dict[str, Any] = {
             "base_url": settings.llm_base_url,
             "model": settings.llm_model,
@@ -64,10 +117,20 @@ class ChatClient:
         unknown = sorted(set(overrides or {}) - set(OVERRIDE_FIELDS))
         if unknown:
             raise ValidationError(f"unknown LLM override(s): {', '.join(unknown)}")
-        values.update({key: value for key, value in (overrides or {}).items() if value is not None})
+        given = {key: value for key, value in (overrides or {}).items() if value is not None}
+        values["model"] = given.get("model", values["model"])
+        values["timeout_seconds"] = min(float(given.get("timeout_seconds", values["timeout_seconds"])),
+                                        settings.llm_timeout_seconds)
+        values["retries"] = min(int(given.get("retries", values["retries"])), settings.llm_retries)
         if not values["base_url"]:
             return None
         return cls(**values)
+
+    @classmethod
+    def for_request(cls, settings: Settings, overrides: Mapping[str, Any]) -> ChatClient | None:
+        """Build the client a request's `llm` overrides ask for, or refuse them (see request_endpoint)."""
+        endpoint = request_endpoint(settings, overrides)
+        return cls(**endpoint) if endpoint is not None else None
 
     def close(self) -> None:
         """Close pooled connections."""
@@ -115,10 +178,11 @@ class ChatClient:
 
     def _post_once(self, payload: dict[str, Any], timeout: float) -> Any:
         """Make one attempt; classify its failure as retryable, timeout or provider error."""
-        url = f"{self.base_url}/chat/completions"
         started = time.monotonic()
         try:
-            with self._session.post(url, json=payload, timeout=timeout, stream=True) as response:
+            # Never follow a redirect: it could lead a checked request (and its key) anywhere.
+            with self._session.post(self._url, json=payload, timeout=timeout, stream=True,
+                                    allow_redirects=False) as response:
                 raw = _read_body(response, started + timeout)
                 status = response.status_code
         except requests.Timeout as error:
@@ -131,6 +195,59 @@ class ChatClient:
         except requests.RequestException as error:
             raise ProviderError(f"LLM request failed: {type(error).__name__}") from error
         return _decode_body(status, raw)
+
+
+def request_endpoint(settings: Settings, overrides: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Return the ChatClient arguments for a request's `llm` overrides, or raise LlmNotAllowedError (403).
+
+    - No base_url (or the operator's own): the operator's endpoint. The operator's key goes there and nowhere
+      else; the request may bring its own key, and may pick another model only with its own key (the
+      operator's key pays for the operator's model). The timeout may only be lowered.
+    - Another base_url: refused unless ACN_LLM_ALLOWED_URLS lists it (scheme, host, port and path prefix, as
+      parsed). It gets only the request's own key, a timeout of at most min(operator's, 60 s) and at most one
+      retry; its host is resolved, every address checked (loopback, private, link-local, metadata, reserved
+      refused unless the allow-list entry names that IP address itself) and the connection pinned to it.
+    None: no endpoint at all (nothing configured and no URL given).
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    unknown = sorted(set(given) - set(REQUEST_OVERRIDE_FIELDS))
+    if unknown:
+        raise ValidationError(f"unknown LLM override(s): {', '.join(unknown)}")
+    operator_timeout = settings.llm_timeout_seconds
+    timeout = min(float(given.get("timeout_seconds", operator_timeout)), operator_timeout)
+    base_url = given.get("base_url")
+    if base_url is None or _same_url(base_url, settings.llm_base_url):
+        if not settings.llm_base_url:
+            return None
+        if given.get("model", settings.llm_model) != settings.llm_model and not given.get("api_key"):
+            raise LlmOverrideNotAllowedError("llm.model may differ from the server's model only with the "
+                                             "request's own llm.api_key")
+        return {"base_url": settings.llm_base_url, "model": given.get("model", settings.llm_model),
+                "api_key": given.get("api_key") or settings.llm_api_key, "timeout_seconds": timeout,
+                "retries": settings.llm_retries}
+    entries = parse_allow_list(settings.llm_allowed_urls)
+    if not entries:
+        raise LlmNotAllowedError("request-chosen LLM URLs are off on this server (an operator may allow some "
+                                 "with ACN_LLM_ALLOWED_URLS); omit llm.base_url to use the server's endpoint")
+    target = parse_url(base_url)
+    entry = allowed_entry(target, entries)
+    if entry is None:
+        raise LlmNotAllowedError("LLM URL refused: it is not in the server's allow-list (ACN_LLM_ALLOWED_URLS)")
+    # An entry that names an IP address itself is the operator's consent to that (possibly private) address.
+    addresses = resolve_checked(target, private_ok=entry.is_ip_literal)
+    return {"base_url": target.url, "model": given.get("model", settings.llm_model),
+            "api_key": given.get("api_key", ""), "timeout_seconds": min(timeout, MAX_REQUEST_TIMEOUT_SECONDS),
+            "retries": min(settings.llm_retries, MAX_REQUEST_RETRIES), "pinned": (target, addresses[0])}
+
+
+def _same_url(url: str, configured: str) -> bool:
+    """True when url is the operator's configured endpoint (compared parsed, else as written)."""
+    if not configured:
+        return False
+    try:
+        return parse_url(url) == parse_url(configured)
+    except LlmNotAllowedError:
+        return url.rstrip("/") == configured.rstrip("/")
 
 
 def _read_body(response: requests.Response, deadline: float) -> bytes:
@@ -148,11 +265,21 @@ def _read_body(response: requests.Response, deadline: float) -> bytes:
 
 
 def _decode_body(status: int, raw: bytes) -> Any:
-    """Turn a status and raw body into parsed JSON, raising typed errors for failures."""
+    """Turn a status and raw body into parsed JSON, raising typed errors for failures.
+
+    An error's body goes to the log (truncated; the log formatter masks personal data), never into the
+    error message: messages reach the caller (fallback_reason), and reflecting what an arbitrary URL answered
+    would make the server a reading proxy.
+    """
+    if not 200 <= status < 300:
+        log.warning("LLM endpoint error", extra={"status": status,
+                                                 "body": raw[:LOGGED_BODY_CHARS].decode("utf-8", "replace")})
     if status in RETRY_STATUSES:
         raise _Retryable(f"HTTP {status}")
+    if 300 <= status < 400:
+        raise ProviderError(f"LLM endpoint returned HTTP {status} (a redirect; redirects are not followed)")
     if not 200 <= status < 300:
-        raise ProviderError(f"LLM endpoint returned HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
+        raise ProviderError(f"LLM endpoint returned HTTP {status}")
     try:
         return json.loads(raw)
     except ValueError as error:

@@ -21,6 +21,7 @@ class Behaviour:
     content: str | None = None
     raw_body: bytes | None = None
     delay_seconds: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -48,6 +49,10 @@ class FakeLLM:
     def reply_status(self, status: int) -> FakeLLM:
         """Queue an HTTP error reply."""
         return self._push(Behaviour(status=status, raw_body=b'{"error": {"message": "scripted failure"}}'))
+
+    def reply_redirect(self, location: str, status: int = 307) -> FakeLLM:
+        """Queue a redirect (307 keeps the POST and its body) to location."""
+        return self._push(Behaviour(status=status, raw_body=b"", headers={"Location": location}))
 
     def reply_slow(self, seconds: float, content: Any | None = None) -> FakeLLM:
         """Queue a reply sent only after sleeping seconds."""
@@ -105,11 +110,13 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 if behaviour.raw_body is not None
                 else _completion_body(behaviour.content or "")
             )
-            self._send(behaviour.status, payload)
+            self._send(behaviour.status, payload, behaviour.headers)
 
-        def _send(self, status: int, payload: bytes) -> None:
+        def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
             try:
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -144,3 +151,15 @@ def fake_llm() -> Iterator[FakeLLM]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture
+def allowed_fake_llm(app: Any, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> FakeLLM:
+    """The fake, with the session app's operator allow-list (ACN_LLM_ALLOWED_URLS) naming it for one test.
+
+    Its URL is an IP literal on loopback: the allow-list entry is the operator's consent to that address.
+    """
+    runtime = app.extensions["acn"]
+    monkeypatch.setattr(runtime, "settings",
+                        runtime.settings.model_copy(update={"llm_allowed_urls": fake_llm.base_url}))
+    return fake_llm

@@ -54,6 +54,7 @@ def test_session_compaction_is_a_new_version(client: FlaskClient, ns: dict[str, 
     assert state["segments"] == body["segments"] and len(state["buffer"]) == 4
 
 
+@pytest.mark.usefixtures("allowed_fake_llm")  # a request-chosen URL needs the operator's consent
 def test_llm_engine_drops_a_number_and_the_verifier_restores_it(client: FlaskClient, ns: dict[str, str],
                                                                  fake_llm: FakeLLM) -> None:
     fake_llm.reply_json({"goal": "把12万转到对公账户", "constraints": ["不要给我推荐新品"], "done": [], "todo": [],
@@ -68,6 +69,7 @@ def test_llm_engine_drops_a_number_and_the_verifier_restores_it(client: FlaskCli
     assert fake_llm.requests and fake_llm.requests[0]["json"]["model"] == "fake"
 
 
+@pytest.mark.usefixtures("allowed_fake_llm")  # a request-chosen URL needs the operator's consent
 def test_llm_invalid_json_falls_back_to_extractive(client: FlaskClient, ns: dict[str, str], fake_llm: FakeLLM) -> None:
     fake_llm.reply_text("this is not json")
     body = compact(client, ns, messages=MESSAGES[:12], force=True, keep_recent=0, engine="llm",
@@ -76,6 +78,7 @@ def test_llm_invalid_json_falls_back_to_extractive(client: FlaskClient, ns: dict
     assert "62938471" in str(body["segments"][0]["key_numbers"]) or "62938471" in body["working_summary"]
 
 
+@pytest.mark.usefixtures("allowed_fake_llm")  # a request-chosen URL needs the operator's consent
 def test_llm_timeout_falls_back_within_the_timeout(client: FlaskClient, ns: dict[str, str], fake_llm: FakeLLM) -> None:
     fake_llm.reply_slow(3.0)
     started = time.monotonic()
