@@ -215,7 +215,7 @@ def check_content_type(request: Request, policy: GuardPolicy) -> None:
         return
     if is_json_mimetype(mimetype):
         return
-    if mimetype in FORM_MIMETYPES and request.path.startswith(policy.form_prefixes or ("\0",)):
+    if mimetype in FORM_MIMETYPES and policy.form_prefixes and request.path.startswith(policy.form_prefixes):
         return
     raise UnsupportedMediaError(f"content type must be application/json, not {mimetype or 'none'}")
 

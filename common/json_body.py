@@ -14,8 +14,9 @@ from flask import request
 
 from common.errors import BadRequestError, DuplicateKeyError, UnsupportedMediaError
 
-# Python's json module recurses per nesting level; refuse absurd depth before it can blow the stack.
+# Deeper bodies are refused (400): Python's json recurses per level, and nothing this pack takes nests so deep.
 MAX_JSON_DEPTH = 64
+_CONTAINERS = frozenset({dict, list})
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -46,14 +47,16 @@ def read_json_body() -> dict[str, Any]:
 
 def parse_json_object(text: str) -> dict[str, Any]:
     """Parse text that must hold one JSON object (see the module docstring for what is refused)."""
-    if _nesting_depth(text) > MAX_JSON_DEPTH:
-        raise BadRequestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         body = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
+    except RecursionError:
+        raise BadRequestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as error:  # JSONDecodeError is a ValueError
         raise BadRequestError(f"malformed JSON: {error}") from None
     if not isinstance(body, dict):
         raise BadRequestError("the body must be a JSON object")
+    if _deeper_than(body, MAX_JSON_DEPTH):
+        raise BadRequestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     if _SURROGATE_ESCAPE.search(text):
         _reject_lone_surrogates(body)
     return body
@@ -85,20 +88,17 @@ def _reject_lone_surrogates(body: dict[str, Any]) -> None:
         raise BadRequestError("the body contains an unpaired UTF-16 surrogate escape") from None
 
 
-def _nesting_depth(text: str) -> int:
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            escaped = not escaped and char == "\\"
-            if char == '"' and not escaped:
-                in_string = False
+def _deeper_than(value: Any, limit: int) -> bool:
+    # Walk the parsed containers (not the text's characters): linear in the number of objects and lists, and it
+    # stops at the first one below the limit. json.loads itself stops at the interpreter's recursion limit
+    # (RecursionError, caught as malformed), so anything deeper than that never gets here.
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        if _CONTAINERS.isdisjoint(map(type, children)):  # in C: a long list of scalars costs no Python loop
             continue
-        if char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
+        stack.extend((child, depth + 1) for child in children if type(child) in _CONTAINERS)
+    return False
