@@ -6,6 +6,7 @@ Run `python server.py [--host H] [--port P]`; nothing happens at import time.
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
 import re
@@ -23,7 +24,9 @@ from waitress.server import create_server
 from werkzeug.exceptions import HTTPException
 
 from common.auth import authenticate, parse_api_keys
-from common.errors import BadRequestError, PackError, UnknownNodeError, UnsupportedMediaError, ValidationError
+from common.errors import PackError, UnauthorizedError, UnknownNodeError, ValidationError
+from common.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
+from common.json_body import read_json_body
 from common.logs import configure_logging
 from common.metrics import Metrics
 from common.models import NodeResponse
@@ -46,10 +49,9 @@ from nodes.memory_admin import (
 from nodes.spec import NodeSpec
 
 log = logging.getLogger("acn.server")
-REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-# Python's json module recurses per nesting level; refuse absurd depth before it can blow the stack.
-MAX_JSON_DEPTH = 64
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # fullmatch: "$" would let a trailing newline through
+# Pages whose forms may post x-www-form-urlencoded / multipart (the inspector); see common/http_guard.py.
+FORM_PREFIXES = ("/ui/login", "/ui/logout")
 PACK_VERSION = "0.1.0"
 # waitress reads a whole request body before the app sees it; it refuses (plain-text 413) bodies above this many
 # times ACN_MAX_BODY_BYTES, so an oversized upload cannot fill the disk. Below that the app answers the JSON 413.
@@ -70,11 +72,13 @@ def create_app(settings: Settings | None = None) -> Flask:
     nodes = all_nodes()
     app.extensions["acn_nodes"] = nodes
     app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys)
-    _register_hooks(app, keys)
+    policy = build_policy(settings.allowed_hosts, settings.cors_origins, settings.host, bool(keys), FORM_PREFIXES)
+    app.extensions["acn_guard"] = policy
+    _register_hooks(app, keys, policy)
     _register_errors(app)
     _register_node_routes(app, runtime, nodes)
     _register_admin_routes(app, runtime)
-    _register_meta_routes(app, runtime, nodes)
+    _register_meta_routes(app, runtime, nodes, keys)
     register_dify_extension(app, runtime)
     # The inspector's /ui pages take the API key header or their own sign-in cookie (inspector/signin.py).
     app.register_blueprint(create_blueprint())
@@ -84,26 +88,34 @@ def create_app(settings: Settings | None = None) -> Flask:
 # -- request lifecycle ---------------------------------------------------------------------
 
 
-def _register_hooks(app: Flask, keys: dict[str, str]) -> None:
+def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy) -> None:
     ui_auth: UiAuth = app.extensions["acn_ui_auth"]
+    # /healthz and /metrics check keys themselves (a bare health answer, a metrics token).
     open_paths = {"/healthz", "/openapi.json", "/v1/manifest", "/metrics"}
 
     @app.before_request
-    def _start() -> None:
+    def _start() -> Response | None:
         incoming = request.headers.get("X-Request-Id", "")
-        g.request_id = incoming if REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        g.request_id = incoming if REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
         g.started = time.perf_counter()
+        g.tenant = ""
+        # Host, Origin and content type before the key: a refused browser request learns nothing about keys.
+        preflight = guard_request(request, policy)
+        if preflight is not None:
+            return preflight
         if request.path in open_paths:
             g.tenant = ""
         elif covers_ui(request.path):  # the key header, or the /ui sign-in cookie (which nothing outside /ui takes)
             g.tenant = ui_auth.tenant(request)
         else:
             g.tenant = authenticate(request.headers.get("Authorization"), keys)
+        return None
 
     @app.after_request
     def _finish(response: Response) -> Response:
         elapsed = time.perf_counter() - g.get("started", time.perf_counter())
         response.headers["X-Request-Id"] = g.get("request_id", "")
+        add_cors_headers(response, request, policy)
         # W3C Server-Timing: a caller (or a browser's devtools) tells the server's time from the network's.
         response.headers["Server-Timing"] = f"app;dur={elapsed * 1000:.2f}"
         metrics: Metrics = current_app.extensions["acn_metrics"]
@@ -166,63 +178,6 @@ def ok_response(model: NodeResponse) -> Response:
 # -- parsing -------------------------------------------------------------------------------
 
 
-def read_json_body() -> dict[str, Any]:
-    """Return the request body as a JSON object, or raise a 400/415-style error."""
-    raw = request.get_data(cache=True)
-    content_type = (request.mimetype or "").lower()
-    if raw and content_type and content_type != "application/json" and not content_type.endswith("+json"):
-        raise UnsupportedMediaError(f"content type must be application/json, not {content_type}")
-    if not raw.strip():
-        return {}
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise BadRequestError(f"body is not valid UTF-8 (byte {error.start})") from None
-    if _nesting_depth(text) > MAX_JSON_DEPTH:
-        raise BadRequestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        body = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
-        raise BadRequestError(f"malformed JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise BadRequestError("the body must be a JSON object")
-    if _SURROGATE_ESCAPE.search(text):
-        _reject_lone_surrogates(body)
-    return body
-
-
-def _reject_constant(name: str) -> Any:
-    # Python's json accepts NaN and Infinity; JSON does not, and neither does the store.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _reject_lone_surrogates(body: dict[str, Any]) -> None:
-    # JSON may escape half of a UTF-16 pair ("\ud800"); such a string cannot be stored or re-encoded.
-    try:
-        json.dumps(body, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequestError("the body contains an unpaired UTF-16 surrogate escape") from None
-
-
-def _nesting_depth(text: str) -> int:
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            escaped = not escaped and char == "\\"
-            if char == '"' and not escaped:
-                in_string = False
-            continue
-        if char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
 def validate(model: type[pydantic.BaseModel], data: Any) -> Any:
     """Validate data against a request model; failures become a 422 listing each field path."""
     try:
@@ -268,19 +223,31 @@ def _register_admin_routes(app: Flask, runtime: Runtime) -> None:
         return ok_response(delete_memory(memory_id, deps()))
 
 
-def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpec]) -> None:
+def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpec], keys: dict[str, str]) -> None:
     def as_json(data: Any) -> Response:
         return Response(json.dumps(data, ensure_ascii=False), mimetype="application/json")
 
+    def has_valid_key() -> bool:
+        try:
+            authenticate(request.headers.get("Authorization"), keys)
+        except UnauthorizedError:
+            return False
+        return True
+
     @app.get("/healthz")
     def _health() -> Response:
-        return as_json({"ok": True, "version": PACK_VERSION, "store": runtime.store.info(),
+        # A load balancer's probe holds no key: it gets liveness only, not the store path or whether auth is on.
+        if keys and not has_valid_key():
+            return as_json({"ok": True, "status": "ok", "request_id": g.get("request_id", "")})
+        return as_json({"ok": True, "status": "ok", "version": PACK_VERSION, "store": runtime.store.info(),
                         "tokenizer": runtime.tokenizer.name, "embedder": runtime.settings.embedder,
-                        "nodes": list(nodes), "auth": bool(runtime.settings.api_keys),
-                        "request_id": g.get("request_id", "")})
+                        "nodes": list(nodes), "auth": bool(keys), "request_id": g.get("request_id", "")})
 
     @app.get("/metrics")
     def _metrics() -> Response:
+        token = runtime.settings.metrics_token
+        if (keys or token) and not (metrics_token_presented(token) or (keys and has_valid_key())):
+            raise UnauthorizedError("/metrics needs 'Authorization: Bearer <ACN_METRICS_TOKEN or an API key>'")
         return Response(current_app.extensions["acn_metrics"].render(), mimetype=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/manifest")
@@ -290,6 +257,13 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
     @app.get("/openapi.json")
     def _openapi() -> Response:
         return as_json(build_openapi(nodes, server_url=request.host_url.rstrip("/")))
+
+
+def metrics_token_presented(token: str) -> bool:
+    """True when the request's Bearer credential is the metrics token (compared in constant time)."""
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(),
+                                                                              token.encode())
 
 
 # -- command line --------------------------------------------------------------------------
@@ -307,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--host", default=settings.host)
         parser.add_argument("--port", type=int, default=settings.port)
         args = parser.parse_args(argv)
+        # The address actually bound decides which Host names are answered by default (ACN_ALLOWED_HOSTS).
+        settings = settings.model_copy(update={"host": args.host})
         app = create_app(settings)
     except PackError as error:
         # A start-up failure is the operator's to fix: say what and why, without a traceback.

@@ -37,7 +37,7 @@ def _read_file(path: str) -> str:
 
 
 def _check_tenant(tenant: str, number: int) -> None:
-    if not re.match(IDENTIFIER_PATTERN, tenant.strip()):
+    if not re.fullmatch(IDENTIFIER_PATTERN, tenant.strip()):  # not match: "$" passes a trailing newline
         raise ValidationError(f"ACN_API_KEYS entry {number}: tenant is not a valid identifier")
 
 

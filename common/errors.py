@@ -32,6 +32,13 @@ class CsrfError(PackError):
     code = "csrf_token_invalid"
 
 
+class ForbiddenOriginError(PackError):
+    """A browser request from a page this server does not trust (cross-site write, CSRF)."""
+
+    status = 403
+    code = "origin_not_allowed"
+
+
 class NotFoundError(PackError):
     status = 404
     code = "not_found"
@@ -56,9 +63,22 @@ class UnsupportedMediaError(PackError):
     code = "unsupported_media_type"
 
 
+class MisdirectedHostError(PackError):
+    """A Host header this server does not answer for (DNS rebinding)."""
+
+    status = 421
+    code = "host_not_allowed"
+
+
 class ValidationError(PackError):
     status = 422
     code = "validation_error"
+
+
+class DuplicateKeyError(ValidationError):
+    """A JSON object names one key twice; which one counts is parser-dependent, so neither does."""
+
+    code = "duplicate_key"
 
 
 class ConfigurationError(PackError):

@@ -42,6 +42,29 @@ class Settings(StrictModel):
     ui_session_minutes: int = Field(
         default=240, ge=1, le=10_080, description="How long a /ui sign-in lasts before the inspector asks again.",
     )
+    allowed_hosts: str = Field(
+        default="",
+        description=(
+            "Comma-separated host names (optionally name:port; .example.com for a domain and its subdomains; * "
+            "for any) the server answers for; any other Host header is 421 host_not_allowed (DNS rebinding). "
+            "Empty: the loopback names when bound to loopback; when bound elsewhere, any host with API keys on, "
+            "else the loopback names and IP addresses only."
+        ),
+    )
+    cors_origins: str = Field(
+        default="",
+        description=(
+            "Comma-separated browser origins (https://app.example.com) allowed to call the API: they get CORS "
+            "answers and preflights. A request from any other page's Origin is 403 origin_not_allowed."
+        ),
+    )
+    metrics_token: str = Field(
+        default="",
+        description=(
+            "Bearer token for /metrics (a scraper need not hold a tenant's key). /metrics needs it or an API "
+            "key when either is set; it is open when neither is."
+        ),
+    )
     tokenizer: str = Field(
         default="cl100k_base",
         description=("tiktoken encoding for every token count (cl100k_base is read from the copy bundled in "
@@ -114,7 +137,11 @@ class Settings(StrictModel):
     redact_snapshots: bool = Field(
         default=False, description="Mask phone, ID-card, bank-card numbers and e-mails in stored session snapshots."
     )
-    host: str = Field(default="127.0.0.1", description="Address `python server.py` binds to.")
+    host: str = Field(
+        default="127.0.0.1",
+        description=("Address `python server.py` binds to (gunicorn sets it from ACN_BIND); it decides the default "
+                     "of ACN_ALLOWED_HOSTS."),
+    )
     port: int = Field(default=8000, ge=0, le=65535, description="Port `python server.py` listens on.")
     threads: int = Field(default=8, ge=1, le=256,
                          description="Request threads of `python server.py` and of deploy/gunicorn.conf.py.")

@@ -9,6 +9,9 @@ import os
 
 wsgi_app = "server:create_app()"
 bind = os.environ.get("ACN_BIND", "127.0.0.1:8000")
+# The app decides which Host names it answers by default (ACN_ALLOWED_HOSTS) from the address it is bound to;
+# under gunicorn that is ACN_BIND, not ACN_HOST, so pass it on (an explicit ACN_HOST still wins).
+os.environ.setdefault("ACN_HOST", bind.rpartition(":")[0] if ":" in bind and not bind.startswith("unix:") else bind)
 workers = 1
 worker_class = "gthread"
 threads = int(os.environ.get("ACN_THREADS", "8"))

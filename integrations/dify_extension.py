@@ -16,9 +16,10 @@ import hashlib
 import re
 from typing import Any
 
-from flask import Flask, Response, g, jsonify, request
+from flask import Flask, Response, g, jsonify
 
 from common.errors import BadRequestError, ValidationError
+from common.json_body import read_json_body
 from common.models import IDENTIFIER_PATTERN
 from common.runtime import Runtime
 from nodes.memory_retrieve import MemoryRetrieveRequest
@@ -35,8 +36,9 @@ def register_dify_extension(app: Flask, runtime: Runtime) -> None:
 
     @app.post(ROUTE)
     def _dify_extension() -> Response:
-        body = request.get_json(silent=True)
-        if not isinstance(body, dict) or not isinstance(body.get("point"), str):
+        # The nodes' parser: content type, depth (no RecursionError → 500), duplicate keys, NaN, surrogates.
+        body = read_json_body()
+        if not isinstance(body.get("point"), str):
             raise BadRequestError('expected a JSON object {"point": ..., "params": {...}}')
         point, params = body["point"], body.get("params") or {}
         if point == "ping":
@@ -68,6 +70,6 @@ def external_data(params: dict[str, Any], runtime: Runtime, tenant: str) -> str:
 def identifier(value: str) -> str:
     """Return the value if it is a valid identifier, else a stable hash of it (empty stays empty)."""
     value = value.strip()
-    if not value or re.match(IDENTIFIER_PATTERN, value):
+    if not value or re.fullmatch(IDENTIFIER_PATTERN, value):  # not match: "$" passes a trailing newline
         return value
     return "h-" + hashlib.sha256(value.encode("utf-8")).hexdigest()[:24]

@@ -100,7 +100,8 @@ def delete_memory(memory_id: str, deps: Deps) -> DeleteResponse:
 
 def valid_id(memory_id: str) -> bool:
     """Return True for ids this pack can have issued (anything else cannot exist: 404, not a filter)."""
-    return re.match(IDENTIFIER_PATTERN, memory_id) is not None
+    # fullmatch: with re.match, the pattern's "$" also matches before a trailing newline ("mem_x\n" → 500).
+    return re.fullmatch(IDENTIFIER_PATTERN, memory_id) is not None
 
 
 def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteResponse:

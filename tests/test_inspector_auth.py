@@ -225,7 +225,7 @@ def test_a_ui_action_without_its_csrf_token_is_refused_and_changes_nothing(keyed
     foreign = page_csrf(stranger, NS_A)
     assert_error(victim.post("/ui/nodes/session_rollback", json=rollback, headers={"X-CSRF-Token": foreign}),
                  403, "csrf_token_invalid")
-    assert_error(victim.post("/ui/logout", data={}), 403, "csrf_token_invalid")
+    assert_error(victim.post("/ui/logout", data={"csrf_token": ""}), 403, "csrf_token_invalid")
     assert state_version(keyed_app, KEY_A, NS_A) == before
     assert victim.get("/ui", headers=HTML).status_code == 200  # still signed in
     done = victim.post("/ui/nodes/session_rollback", json=rollback, headers={"X-CSRF-Token": page_csrf(victim, NS_A)})
