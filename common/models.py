@@ -150,8 +150,8 @@ class Message(StrictModel):
     tool_call_id: str | None = Field(default=None, description="For role=tool: the id of the call answered.")
     turn: int | None = Field(default=None, ge=0, le=MAX_TURN,
                              description="Turn number; filled in by the server when absent.")
-    meta: MetaObject = Field(default_factory=dict, description="Caller provenance, carried through untouched "
-                             "(message_index, part and parts, when given, must be non-negative integers).")
+    meta: SafeJsonObject = Field(default_factory=dict, description="Caller provenance, carried through untouched "
+                                 "(message_index, part and parts, when given, must be non-negative integers).")
 
 
 def _normalise_content(value: Any) -> Any:
@@ -175,7 +175,19 @@ def _normalise_content(value: Any) -> Any:
     raise ValueError(f"content must be a string or a list of content parts, not {type(content).__name__}")
 
 
-MessageItem = Annotated[Message, BeforeValidator(_normalise_content)]
+def _check_message_meta(message: Message) -> Message:
+    """Refuse a request's message whose reserved meta fields the server could not read back (see check_meta).
+
+    Checked on messages that come in (MessageItem), not on the Message model itself: session snapshots stored
+    before the check must still load.
+    """
+    problem = reserved_meta_error(message.meta)
+    if problem:
+        raise ValueError(problem)
+    return message
+
+
+MessageItem = Annotated[Message, BeforeValidator(_normalise_content), AfterValidator(_check_message_meta)]
 MessageList = Annotated[
     list[MessageItem],
     BeforeValidator(parse_json_string),

@@ -59,7 +59,8 @@ def retrieval_query(text: str) -> str:
 class MemoryRetrieveRequest(Namespace):
     """Find the memories that matter for a query."""
 
-    query: str = Field(default="", max_length=MAX_QUERY_CHARS, description="The user input or question to retrieve for.")
+    query: str = Field(default="", max_length=MAX_QUERY_CHARS,
+                       description="The user input or question to retrieve for.")
     kinds: Annotated[list[MemoryKind] | None, BeforeValidator(parse_json_string)] = Field(
         default=None, description="Only these kinds (archived turns are excluded unless named).")
     scopes: Annotated[list[Scope] | None, BeforeValidator(parse_json_string)] = Field(
