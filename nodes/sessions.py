@@ -79,8 +79,9 @@ def retire_rolled_back_turns(deps: Deps, namespace: Namespace, last_turn: int, v
     After a rollback the next turns reuse those numbers, and retrieval must not serve what a rolled-back turn
     said (its archived messages, the memories extracted from it). The rows are kept, not deleted (nothing
     stored is lost; the old versions still reference them): they get valid_to (retrieval and neighbours read
-    live rows only) and meta.rolled_back = the version the rollback made. Rolling forward again to a version
-    that held those turns does not revive them in retrieval (its buffer still shows them).
+    live rows only) and meta.rolled_back = the version the rollback made; a memory one of them superseded is
+    current again. Not undone: a rolled-back turn's merge into an older memory (dedupe update), and rolling
+    forward again to a version that held those turns does not revive them in retrieval (its buffer shows them).
     """
     memories = deps.providers.get("memories")
     if not isinstance(memories, MemoryRepository):
@@ -91,8 +92,14 @@ def retire_rolled_back_turns(deps: Deps, namespace: Namespace, last_turn: int, v
     if not rows:
         return 0
     now = memories.now_ms(deps.tenant, namespace)
-    memories.save(deps.tenant, [row.model_copy(update={"valid_to": now, "meta": {**row.meta, "rolled_back": version}})
-                                for row in rows])
+    retired = [row.model_copy(update={"valid_to": now, "meta": {**row.meta, "rolled_back": version}}) for row in rows]
+    # What a retired memory superseded is current again (a decision changed in an undone turn stands as it was).
+    ids = {row.id for row in rows}
+    closed = memories.find(deps.tenant, Filter("superseded_by in {rids}", {"rids": sorted(ids)}), limit=QUERY_WINDOW,
+                           within=namespace)
+    reopened = [m.model_copy(update={"valid_to": None, "superseded_by": None, "updated_at": now})
+                for m in closed if m.id not in ids]
+    memories.save(deps.tenant, [*retired, *reopened])
     return len(rows)
 
 

@@ -237,8 +237,9 @@ def test_assemble_output_never_holds_an_orphan_tool_message_or_an_unanswered_cal
 
 def test_rolled_back_turns_are_not_served_after_their_numbers_are_reused(client: FlaskClient,
                                                                         ns: dict[str, str]) -> None:
+    said = {2: "我们决定把超时时间设为30秒", 5: "the gateway port is 48213. 决定：超时改成45秒"}
     for turn in range(1, 6):
-        value = "the gateway port is 48213" if turn == 5 else f"step {turn} is about the parking lot"
+        value = said.get(turn, f"step {turn} is about the parking lot")
         assert record(client, ns, [{"role": "user", "content": value}, {"role": "assistant", "content": "ok"}],
                       compact=False).status_code == 200
     versions = post(client, "session_versions", ns).get_json()["versions"]
@@ -255,6 +256,11 @@ def test_rolled_back_turns_are_not_served_after_their_numbers_are_reused(client:
     assert "51777" in body["prompt"] or mode == "snapshot"
     focused = assemble(client, ns, "what is the gateway port?", mode="focused", messages=[], max_tokens=8000)
     assert "51777" in focused["memory_text"] and "48213" not in focused["prompt"]
+    # The decision the undone turn 5 changed stands as it was at turn 3.
+    decided = post(client, "memory_retrieve", {**ns, "key": "超时"}).get_json()["memories"]
+    assert [m["content"] for m in decided] == ["我们决定把超时时间设为30秒"]
+    timeout = assemble(client, ns, "超时是多少？", mode="snapshot", messages=[], max_tokens=8000)
+    assert "30秒" in timeout["prompt"] and "45秒" not in timeout["prompt"]
     # Kept in the store, marked (nothing stored is lost).
     listed = post(client, "memory_retrieve", {**ns, "query": "gateway port 48213", "kinds": ["turn"],
                                               "include_superseded": True}).get_json()
