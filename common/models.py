@@ -98,7 +98,8 @@ def meta_int(meta: dict[str, Any], field: str) -> int | None:
 
 
 SafeJsonObject = Annotated[dict[str, Any], AfterValidator(check_json_value)]
-# Caller meta of a message or memory: storable, and its reserved fields usable (see RESERVED_INT_META).
+# Caller meta of a memory to write: storable, and its reserved fields usable (see RESERVED_INT_META); a message's
+# meta is checked by MessageItem.
 MetaObject = Annotated[dict[str, Any], AfterValidator(check_meta)]
 TurnNumber = Annotated[int, Field(ge=0, le=MAX_TURN)]
 
