@@ -18,9 +18,9 @@ from common.models import (
     MemoryKind,
     Message,
     MessageList,
+    MetaObject,
     Namespace,
     NodeResponse,
-    SafeJsonObject,
     Scope,
     StrictModel,
     TurnNumber,
@@ -65,7 +65,8 @@ class MemoryItem(StrictModel):
     )
     importance: float | None = Field(default=None, ge=0, le=10, description="0–10; default by kind.")
     scope: Scope = Field(default="session", description="session | user | agent | shared.")
-    meta: SafeJsonObject = Field(default_factory=dict, description="Caller provenance, stored untouched.")
+    meta: MetaObject = Field(default_factory=dict, description="Caller provenance, stored untouched "
+                             "(message_index, part and parts, when given, must be non-negative integers).")
     turn: TurnNumber | None = Field(default=None, description="Turn the memory comes from.")
     turn_range: list[TurnNumber] | None = Field(default=None, min_length=2, max_length=2, description="[from, to].")
 

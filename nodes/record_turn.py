@@ -107,8 +107,11 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
     """Return the buffer after the edit rules (the raw messages are already archived)."""
     if not request.edit:
         return buffer, []
-    edited = edit_context(EditContextRequest(messages=buffer, rules=request.rules,
-                                             protect_last=request.protect_last), deps)
+    # Built without validation: every part is already validated, and the buffer may legitimately hold more
+    # messages than an edit_context request may carry (5,000) when compaction is off; validating it again
+    # would turn that into a 500.
+    edited = edit_context(EditContextRequest.model_construct(messages=buffer, rules=request.rules,
+                                                             protect_last=request.protect_last), deps)
     return edited.messages, edited.edits
 
 

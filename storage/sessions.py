@@ -37,6 +37,16 @@ HEAD_CACHE_SIZE = 2048
 SNAPSHOT = "snapshot"
 
 
+class _SessionLock:
+    """A session's lock and how many threads hold or wait for it (guarded by the repository's _locks_guard)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.users = 0
+
+
 class SessionState(StrictModel):
     """The working state of one session at one version."""
 
@@ -105,7 +115,7 @@ class SessionRepository:
         self.spec = session_spec(prefix)
         self.keep_versions = keep_versions
         self._locks_guard = threading.Lock()
-        self._locks: dict[str, threading.RLock] = {}
+        self._locks: dict[str, _SessionLock] = {}
         # The latest state of recently used sessions. With a Lite file this process is the only writer,
         # so the cache is the truth; against a server, a one-row version check validates it first.
         self._heads: OrderedDict[tuple[str, str, str], SessionState] = OrderedDict()
@@ -117,12 +127,26 @@ class SessionRepository:
 
     @contextmanager
     def locked(self, tenant: str, namespace: Namespace) -> Iterator[None]:
-        """Hold the session's lock: read-modify-commit sequences never interleave."""
+        """Hold the session's lock: read-modify-commit sequences never interleave.
+
+        The map holds a session's lock only while someone holds or waits for it: each entry counts its users
+        and the last one out removes it, so the map stays as small as the number of sessions in use (every
+        session ever touched would otherwise keep an entry for the life of the process).
+        """
         key = _session_key(tenant, namespace)
         with self._locks_guard:
-            lock = self._locks.setdefault(key, threading.RLock())
-        with lock:
-            yield
+            entry = self._locks.get(key)
+            if entry is None:
+                entry = self._locks[key] = _SessionLock()
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._locks_guard:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._locks[key]
 
     def head(self, tenant: str, namespace: Namespace) -> SessionState:
         """Return the latest state (version 0 and empty when the session is new)."""
