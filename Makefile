@@ -37,7 +37,7 @@ test: $(VENV)/.installed $(VENV312)/.installed browser
 	$(PY) -m pytest
 
 schemas: $(VENV)/.installed
-	$(PY) -m common.openapi
+	$(PY) -m app.openapi
 
 clean:
 	rm -rf $(VENV) $(VENV312) .pytest_cache

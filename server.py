@@ -25,13 +25,13 @@ from werkzeug.exceptions import HTTPException
 
 from common.auth import authenticate, parse_api_keys
 from common.errors import PackError, UnauthorizedError, UnknownNodeError, ValidationError
-from common.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
-from common.json_body import read_json_body
+from app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
+from app.json_body import read_json_body
 from common.logs import configure_logging
 from common.metrics import Metrics
 from common.models import NodeResponse
-from common.openapi import build_manifest, build_openapi
-from common.runtime import Runtime
+from app.openapi import build_manifest, build_openapi
+from app.runtime import Runtime
 from common.settings import Settings
 from inspector import create_blueprint
 from inspector.signin import UiAuth
@@ -50,7 +50,7 @@ from nodes.spec import NodeSpec
 
 log = logging.getLogger("acn.server")
 REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # fullmatch: "$" would let a trailing newline through
-# Pages whose forms may post x-www-form-urlencoded / multipart (the inspector); see common/http_guard.py.
+# Pages whose forms may post x-www-form-urlencoded / multipart (the inspector); see app/http_guard.py.
 FORM_PREFIXES = ("/ui/login", "/ui/logout")
 PACK_VERSION = "0.1.0"
 # waitress reads a whole request body before the app sees it; it refuses (plain-text 413) bodies above this many

@@ -16,7 +16,7 @@ import re
 from dataclasses import replace
 from typing import get_args
 
-from common.deps import Deps
+from services.deps import Deps
 from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
 from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
 from storage.memories import MemoryRepository

@@ -36,7 +36,7 @@ from milvus_lite.server_manager import server_manager_instance  # type: ignore[i
 from bench.progress import progress
 from common.auth import DEFAULT_TENANT
 from common.models import Memory
-from common.runtime import Runtime
+from app.runtime import Runtime
 from common.settings import Settings
 from nodes.memory_write import DEFAULT_IMPORTANCE
 from server import create_app

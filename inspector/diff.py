@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from common.deps import Deps
+from services.deps import Deps
 from common.models import Message, Namespace, Segment
 from nodes.sessions import SessionStateRequest, SessionStateResponse, run_state
 

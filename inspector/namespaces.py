@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.runtime import Runtime
+from app.runtime import Runtime
 from storage.base import Filter
 from storage.memories import NO_TURN, tenant_filter
 from storage.sessions import HEAD

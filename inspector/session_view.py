@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from assembly.recall import readable
-from common.deps import Deps
+from services.deps import Deps
 from common.models import Memory, Namespace, Segment, meta_int
 from nodes.memory_admin import PAGE_LIMIT, MemoryListRequest, list_memories
 from nodes.sessions import (

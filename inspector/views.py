@@ -16,7 +16,7 @@ import pydantic
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
 from common.auth import authenticate
-from common.deps import Deps
+from services.deps import Deps
 from common.errors import NotFoundError, PackError, ValidationError
 from common.models import Namespace
 from inspector.diff import version_diff

@@ -19,9 +19,9 @@ from typing import Any
 from flask import Flask, Response, g, jsonify
 
 from common.errors import BadRequestError, ValidationError
-from common.json_body import read_json_body
+from app.json_body import read_json_body
 from common.models import IDENTIFIER_PATTERN
-from common.runtime import Runtime
+from app.runtime import Runtime
 from nodes.memory_retrieve import MemoryRetrieveRequest, retrieval_query
 from nodes.memory_retrieve import run as retrieve
 

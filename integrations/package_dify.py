@@ -60,7 +60,7 @@ def build(output: Path, plugin_dir: Path = PLUGIN_DIR) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.openapi import PACK
+    from app.openapi import PACK
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = ROOT / "dist" / f"{PLUGIN_NAME}-{PACK['version']}.difypkg"

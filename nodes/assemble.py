@@ -13,7 +13,7 @@ from assembly.current import current_memories, current_segments, stale_values
 from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, text_layer_cost
 from assembly.layers import memory_items, note_items, segment_items, turn_items
 from assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
-from common.deps import Deps
+from services.deps import Deps
 from common.errors import ValidationError
 from common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
 from common.models import (

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
-from common.deps import Deps
+from services.deps import Deps
 from common.errors import LlmBusyError
 from common.models import (
     MAX_VERSION,

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from common.deps import Deps
+from services.deps import Deps
 from common.models import Message, MessageList, NodeResponse, StrictModel, parse_json_object, parse_json_object_or_null
 from nodes.spec import Description, NodeSpec
 from text.numbers import extract_key_numbers, value_present

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.deps import Deps
+from services.deps import Deps
 from common.errors import NotFoundError
 from common.models import (
     IDENTIFIER_PATTERN,

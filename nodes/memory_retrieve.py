@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BeforeValidator, Field
 
-from common.deps import Deps
+from services.deps import Deps
 from common.models import KEY_PATTERN, Language, Memory, MemoryKind, Namespace, NodeResponse, Scope, parse_json_string
 from nodes.memory_write import repository
 from nodes.spec import Description, NodeSpec

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from common.deps import Deps
+from services.deps import Deps
 from common.errors import ConflictError, ValidationError
 from common.models import (
     KEY_PATTERN,

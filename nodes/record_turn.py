@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.deps import Deps
+from services.deps import Deps
 from common.errors import ConflictError, ValidationError
 from common.models import (
     MAX_TURN,

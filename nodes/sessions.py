@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from common.deps import Deps
+from services.deps import Deps
 from common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
 from compaction.render import render_working_summary
 from nodes.spec import Description, NodeSpec

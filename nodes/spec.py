@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from common.deps import Deps
+from services.deps import Deps
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from common.openapi import ROOT
+from app.openapi import ROOT
 from common.settings import Settings
 from nodes import all_nodes
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.deps import Deps
+from services.deps import Deps
 from common.models import Message
 from common.settings import Settings
 from nodes.edit_context import (

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.deps import Deps
-from common.model_cache import cache_dir_setting, load_jieba_dictionary
+from services.deps import Deps
+from text.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
 from providers.embedders import load_embedder
 from providers.llm_guard import LlmGate, parse_allow_list
