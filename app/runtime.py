@@ -6,18 +6,17 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from services.deps import Deps
-from text.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
 from providers.embedders import load_embedder
 from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
+from services.deps import Deps
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore
 from storage.sessions import SessionRepository
+from text.model_cache import cache_dir_setting, load_jieba_dictionary
 from text.tokens import Tokenizer, load_tokenizer
 
 log = logging.getLogger("acn.runtime")
@@ -41,7 +40,6 @@ class Runtime:
     sessions: SessionRepository
     chat: ChatClient | None = None
     llm_gate: LlmGate | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     _closed: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -79,10 +77,9 @@ class Runtime:
 
     def deps(self, tenant: str) -> Deps:
         """Return the dependencies a node call gets, for one tenant."""
-        providers: dict[str, Any] = {"memories": self.memories, "sessions": self.sessions,
-                                     "chat": self.chat, "llm_gate": self.llm_gate, **self.extra}
-        return Deps(settings=self.settings, tokenizer=self.tokenizer, store=self.store, tenant=tenant,
-                    providers=providers)
+        return Deps(settings=self.settings, tokenizer=self.tokenizer, tenant=tenant, store=self.store,
+                    memory_repository=self.memories, session_repository=self.sessions, chat=self.chat,
+                    llm_gate=self.llm_gate)
 
     def close(self) -> None:
         """Flush and close the store once; safe to call from a signal handler and atexit."""

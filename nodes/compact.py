@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
-from services.deps import Deps
 from common.errors import LlmBusyError
 from common.models import (
     MAX_VERSION,
@@ -26,12 +25,11 @@ from common.models import (
 from compaction.engine import CompactionOutcome, compact_turns
 from compaction.render import render_working_summary
 from compaction.segments import Turn, group_turns, split_recent
-from nodes.memory_write import repository
 from nodes.spec import Description, NodeSpec
-from providers.llm_guard import LlmGate
 from providers.openai_chat import ChatClient, request_endpoint
+from services.deps import Deps
 from storage.memories import MemoryRepository, new_memory_id
-from storage.sessions import SessionRepository, SessionState
+from storage.sessions import SessionState
 from text.tokens import Tokenizer
 
 # One archived row holds at most this much of a message; longer messages span several rows.
@@ -120,7 +118,7 @@ def run(request: CompactRequest, deps: Deps) -> CompactResponse:
     if request.messages is not None:
         state = SessionState(buffer=request.messages)
         return compact_state(request, state, deps, persist_archive=request.persist, force=request.force)[1]
-    sessions: SessionRepository = deps.providers["sessions"]
+    sessions = deps.sessions
     with sessions.locked(deps.tenant, request):
         state = sessions.head(deps.tenant, request)
         new_state, response = compact_state(request, state, deps, persist_archive=request.persist, force=request.force)
@@ -156,7 +154,7 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
         return state, unchanged_response(state, "llm_busy", before)
     # Turns recorded through record_turn were archived verbatim when they arrived.
     unarchived = [t for t in to_compact if t.number > state.archived_turn]
-    archived = (archive_turns(repository(deps), deps.tenant, namespace, unarchived)
+    archived = (archive_turns(deps.memories, deps.tenant, namespace, unarchived)
                 if persist_archive and namespace and unarchived else [])
     kept = [m for t in old[len(to_compact):] + recent for m in t.messages]
     new_state = state.model_copy(update={"buffer": kept, "segments": outcome.segments})
@@ -228,8 +226,8 @@ def chat_client(options: CompactOptions, deps: Deps) -> Iterator[ChatClient | No
         return
     overrides = options.llm.model_dump(exclude_none=True) if options.llm else {}
     client = ChatClient.for_request(deps.settings, overrides) if overrides else None
-    chat = client if overrides else deps.providers.get("chat")
-    gate: LlmGate | None = deps.providers.get("llm_gate")
+    chat = client if overrides else deps.chat
+    gate = deps.llm_gate
     try:
         if chat is None or gate is None:
             yield chat

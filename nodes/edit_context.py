@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from services.deps import Deps
 from common.models import Message, MessageList, NodeResponse, StrictModel, parse_json_object, parse_json_object_or_null
 from nodes.spec import Description, NodeSpec
+from services.deps import Deps
 from text.numbers import extract_key_numbers, value_present
 from text.pii import find_pii, redact_pii
 from text.pleasantries import is_pleasantry

@@ -10,10 +10,9 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BeforeValidator, Field
 
-from services.deps import Deps
 from common.models import KEY_PATTERN, Language, Memory, MemoryKind, Namespace, NodeResponse, Scope, parse_json_string
-from nodes.memory_write import repository
 from nodes.spec import Description, NodeSpec
+from services.deps import Deps
 from storage.base import Filter
 from storage.memories import Scored, kinds_filter, live_filter, scope_filter
 from text.dates import normalise_date
@@ -120,7 +119,7 @@ def run(request: MemoryRetrieveRequest, deps: Deps) -> MemoryRetrieveResponse:
 def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
          distinct: bool = False) -> list[Ranked]:
     """Return scored memories, best first, above min_score; `pool` candidates per search list."""
-    memories = repository(deps)
+    memories = deps.memories
     where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
              .and_(kinds_filter(request.kinds, exclude_turns=True)))
     if request.key:

@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from services.deps import Deps
 from common.errors import ConflictError, ValidationError
 from common.models import (
     KEY_PATTERN,
@@ -27,6 +26,7 @@ from common.models import (
     parse_json_string,
 )
 from nodes.spec import Description, NodeSpec
+from services.deps import Deps
 from storage.base import Filter
 from storage.memories import (
     MemoryRepository,
@@ -112,7 +112,7 @@ class MemoryWriteResponse(NodeResponse):
 
 def run(request: MemoryWriteRequest, deps: Deps) -> MemoryWriteResponse:
     """Write every item (explicit, then extracted), deduplicating and superseding by key."""
-    memories = repository(deps)
+    memories = deps.memories
     extracted = extracted_items(request.messages) if request.extract else []
     if not request.items and not (request.extract and request.messages):
         raise ValidationError("nothing to write: give items, or messages with extract: true")
@@ -135,14 +135,6 @@ def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, i
         pool.save()
         pool.park()
     return results
-
-
-def repository(deps: Deps) -> MemoryRepository:
-    """Return the memory repository of these deps."""
-    repo = deps.providers.get("memories")
-    if not isinstance(repo, MemoryRepository):
-        raise ValidationError("no memory store is configured")
-    return repo
 
 
 def extracted_items(messages: list[Message]) -> list[MemoryItem]:

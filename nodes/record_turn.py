@@ -6,7 +6,6 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from services.deps import Deps
 from common.errors import ConflictError, ValidationError
 from common.models import (
     MAX_TURN,
@@ -22,9 +21,10 @@ from compaction.segments import group_turns
 from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
 from nodes.edit_context import Edit, EditContextRequest, EditRules
 from nodes.edit_context import run as edit_context
-from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_items
+from nodes.memory_write import MemoryItem, WriteResult, extracted_items, write_items
 from nodes.spec import Description, NodeSpec
-from storage.sessions import SessionRepository, SessionState
+from services.deps import Deps
+from storage.sessions import SessionState
 from text.pii import redact_pii
 
 
@@ -66,7 +66,7 @@ class RecordTurnResponse(NodeResponse):
 
 def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
     """Record one turn under the session lock; a stale expected_version changes nothing (409)."""
-    sessions: SessionRepository = deps.providers["sessions"]
+    sessions = deps.sessions
     if request.compact:
         check_llm_options(request.compaction, deps)  # a refused LLM override changes nothing stored
     with sessions.locked(deps.tenant, request):
@@ -75,7 +75,7 @@ def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
             raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
                                 "reload and retry")
         incoming = numbered(request.messages, state.turn, request.redact_pii)
-        archived = archive_turns(repository(deps), deps.tenant, request, group_turns(incoming, state.turn + 1))
+        archived = archive_turns(deps.memories, deps.tenant, request, group_turns(incoming, state.turn + 1))
         buffer, edits = edited_buffer(request, [*state.buffer, *incoming], deps)
         turn = max(m.turn or 0 for m in incoming)
         state = state.model_copy(update={"buffer": buffer, "turn": turn, "archived_turn": turn})
@@ -120,7 +120,7 @@ def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: De
     items: list[MemoryItem] = extracted_items(incoming)
     if not items:
         return []
-    return write_items(repository(deps), deps.tenant, request, items, request.dedupe_threshold)
+    return write_items(deps.memories, deps.tenant, request, items, request.dedupe_threshold)
 
 
 def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -> tuple[SessionState,

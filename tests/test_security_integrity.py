@@ -41,7 +41,7 @@ def assert_valid_chat(messages: list[dict[str, Any]]) -> None:
 
 
 def repository(app: Flask, name: str) -> Any:
-    return app.extensions["acn"].deps(TENANT).providers[name]
+    return getattr(app.extensions["acn"].deps(TENANT), name)
 
 
 # -- M1: reserved meta --------------------------------------------------------------------------------------------
