@@ -23,15 +23,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from waitress.server import create_server
 from werkzeug.exceptions import HTTPException
 
-from common.auth import authenticate, parse_api_keys
-from common.errors import PackError, UnauthorizedError, UnknownNodeError, ValidationError
 from app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from app.json_body import read_json_body
+from app.openapi import build_manifest, build_openapi
+from app.runtime import Runtime
+from common.auth import authenticate, parse_api_keys
+from common.errors import PackError, UnauthorizedError, UnknownNodeError, ValidationError
 from common.logs import configure_logging
 from common.metrics import Metrics
 from common.models import NodeResponse
-from app.openapi import build_manifest, build_openapi
-from app.runtime import Runtime
 from common.settings import Settings
 from inspector import create_blueprint
 from inspector.signin import UiAuth

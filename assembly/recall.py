@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import get_args
 
 from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
-from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
+from retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
 from services.deps import Deps
 from text.pleasantries import is_pleasantry
 from text.query import resolve_back_reference

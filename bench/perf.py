@@ -33,10 +33,10 @@ import requests
 from flask import Flask
 from milvus_lite.server_manager import server_manager_instance  # type: ignore[import-untyped]
 
+from app.runtime import Runtime
 from bench.progress import progress
 from common.auth import DEFAULT_TENANT
 from common.models import Memory
-from app.runtime import Runtime
 from common.settings import Settings
 from nodes.memory_write import DEFAULT_IMPORTANCE
 from server import create_app

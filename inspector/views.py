@@ -16,7 +16,6 @@ import pydantic
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
 from common.auth import authenticate
-from services.deps import Deps
 from common.errors import NotFoundError, PackError, ValidationError
 from common.models import Namespace
 from inspector.diff import version_diff
@@ -34,6 +33,7 @@ from inspector.signin import (
     safe_next,
     same_origin,
 )
+from services.deps import Deps
 
 LANGUAGE_COOKIE = "acn_ui_lang"
 KINDS = list(KIND_LABELS["en"])

@@ -18,12 +18,12 @@ from typing import Any
 
 from flask import Flask, Response, g, jsonify
 
-from common.errors import BadRequestError, ValidationError
 from app.json_body import read_json_body
-from common.models import IDENTIFIER_PATTERN
 from app.runtime import Runtime
-from nodes.memory_retrieve import MemoryRetrieveRequest, retrieval_query
+from common.errors import BadRequestError, ValidationError
+from common.models import IDENTIFIER_PATTERN
 from nodes.memory_retrieve import run as retrieve
+from retrieval.rank import MemoryRetrieveRequest, retrieval_query
 
 ROUTE = "/v1/dify/extension"
 POINTS = ("ping", "app.external_data_tool.query")

@@ -27,8 +27,8 @@ from common.models import (
     parse_json_object_or_null,
     parse_json_string,
 )
-from nodes.memory_retrieve import MemoryRetrieveRequest, rank, retrieval_query
 from nodes.spec import Description, NodeSpec
+from retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
 from services.deps import Deps
 from storage.memories import kinds_filter, live_filter, scope_filter
 from storage.sessions import SessionState

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.deps import Deps
 from common.models import Message
 from common.settings import Settings
 from nodes.edit_context import (
@@ -22,6 +21,7 @@ from nodes.edit_context import (
     shrink_json,
     tool_names,
 )
+from services.deps import Deps
 from text.tokens import load_tokenizer
 
 DEPS = Deps(settings=Settings(), tokenizer=load_tokenizer())

