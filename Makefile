@@ -37,7 +37,7 @@ test: $(VENV)/.installed $(VENV312)/.installed browser
 	$(PY) -m pytest
 
 schemas: $(VENV)/.installed
-	$(PY) -m app.openapi
+	$(PY) -m app.generate
 
 clean:
 	rm -rf $(VENV) $(VENV312) .pytest_cache

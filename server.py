@@ -32,6 +32,7 @@ from common.errors import PackError, UnauthorizedError, UnknownNodeError, Valida
 from common.logs import configure_logging
 from common.metrics import Metrics
 from common.models import NodeResponse
+from common.pack import VERSION
 from common.settings import Settings
 from inspector import create_blueprint
 from inspector.signin import UiAuth
@@ -52,7 +53,6 @@ log = logging.getLogger("acn.server")
 REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # fullmatch: "$" would let a trailing newline through
 # Pages whose forms may post x-www-form-urlencoded / multipart (the inspector); see app/http_guard.py.
 FORM_PREFIXES = ("/ui/login", "/ui/logout")
-PACK_VERSION = "0.1.0"
 # waitress reads a whole request body before the app sees it; it refuses (plain-text 413) bodies above this many
 # times ACN_MAX_BODY_BYTES, so an oversized upload cannot fill the disk. Below that the app answers the JSON 413.
 BODY_BUFFER_FACTOR = 8
@@ -239,7 +239,7 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         # A load balancer's probe holds no key: it gets liveness only, not the store path or whether auth is on.
         if keys and not has_valid_key():
             return as_json({"ok": True, "status": "ok", "request_id": g.get("request_id", "")})
-        return as_json({"ok": True, "status": "ok", "version": PACK_VERSION, "store": runtime.store.info(),
+        return as_json({"ok": True, "status": "ok", "version": VERSION, "store": runtime.store.info(),
                         "tokenizer": runtime.tokenizer.name, "embedder": runtime.settings.embedder,
                         "nodes": list(nodes), "auth": bool(keys), "request_id": g.get("request_id", "")})
 

@@ -60,8 +60,6 @@ def build(output: Path, plugin_dir: Path = PLUGIN_DIR) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from app.openapi import PACK
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = ROOT / "dist" / f"{PLUGIN_NAME}-{PACK['version']}.difypkg"
     parser.add_argument("-o", "--output", type=Path, default=default)

@@ -83,7 +83,7 @@ def check_tool(tool: dict[str, Any]) -> None:
 def test_plugin_directory_holds_exactly_the_generated_tools() -> None:
     generated = {p for p in dify_plugin_files(all_nodes()) if p.parent.name == "tools"}
     on_disk = set((PLUGIN_DIR / "tools").glob("*.y*ml")) | set((PLUGIN_DIR / "tools").glob("*.py"))
-    assert on_disk == generated, "regenerate with `python -m app.openapi`"
+    assert on_disk == generated, "regenerate with `python -m app.generate`"
 
 
 def test_package_holds_the_plugin_with_manifest_at_the_root(tmp_path: Path) -> None:
