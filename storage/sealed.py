@@ -22,7 +22,6 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, ClassVar, NoReturn
 
@@ -231,17 +230,35 @@ class RefusedStore(MemoryStore):
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+    def _refuse(self) -> NoReturn:
         raise EncryptionKeyError(self.reason.message)
 
-    ensure: Callable[..., None] = _refuse
-    exists: Callable[..., bool] = _refuse
-    upsert: Callable[..., None] = _refuse
-    insert: Callable[..., None] = _refuse
-    search_text: Callable[..., list[Hit]] = _refuse
-    search_dense: Callable[..., list[Hit]] = _refuse
-    query: Callable[..., list[Record]] = _refuse
-    delete: Callable[..., None] = _refuse
+    def ensure(self, spec: CollectionSpec) -> None:
+        self._refuse()
+
+    def exists(self, collection: str) -> bool:
+        self._refuse()
+
+    def upsert(self, collection: str, records: list[Record]) -> None:
+        self._refuse()
+
+    def insert(self, collection: str, records: list[Record]) -> None:
+        self._refuse()
+
+    def search_text(self, collection: str, query: str, *, limit: int, where: Filter,
+                    fields: list[str]) -> list[Hit]:
+        self._refuse()
+
+    def search_dense(self, collection: str, vector: list[float], *, limit: int, where: Filter,
+                     fields: list[str]) -> list[Hit]:
+        self._refuse()
+
+    def query(self, collection: str, where: Filter, *, fields: list[str], limit: int,
+              offset: int = 0) -> list[Record]:
+        self._refuse()
+
+    def delete(self, collection: str, where: Filter) -> None:
+        self._refuse()
 
     def flush(self) -> None:
         self.inner.flush()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,8 @@ def test_without_the_key_or_with_another_the_memories_are_refused(tmp_path: Path
 def test_a_key_set_on_a_store_written_without_one_is_refused(tmp_path: Path, key: str) -> None:
     plain = create_app(make_settings(tmp_path))
     try:
-        assert post(plain.test_client(), "memory_write", {**NS, "items": [{"content": f"plain {EN_WORD}"}]}).status_code == 200
+        written = post(plain.test_client(), "memory_write", {**NS, "items": [{"content": f"plain {EN_WORD}"}]})
+        assert written.status_code == 200
     finally:
         plain.extensions["acn"].close()
     keyed = create_app(make_settings(tmp_path, encryption_key=key))
@@ -168,14 +170,16 @@ def test_a_key_set_on_a_store_written_without_one_is_refused(tmp_path: Path, key
         keyed.extensions["acn"].close()
 
 
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[MilvusStore]:
-    opened = MilvusStore(str(tmp_path / "memory.db")).open()
+@pytest.fixture(params=["embedded", "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MilvusStore]:
+    uri = str(tmp_path / "memory.db") if request.param == "embedded" else request.getfixturevalue("lite_server")
+    opened = MilvusStore(uri).open()
     yield opened
     opened.close()
 
 
 def _repository(store: MilvusStore, prefix: str, sealer: RowSealer | None) -> MemoryRepository:
+    prefix += uuid.uuid4().hex[:8]  # the server is shared by the whole test session
     repository = MemoryRepository(store, prefix=prefix, embedder=None, index_rows=0, sealer=sealer)
     repository.open()
     return repository
@@ -202,7 +206,8 @@ def test_key_filters_are_hashed_and_other_sealed_fields_refused(store: MilvusSto
     first = new_memory(ns, MemoryItem(kind="decision", key="db.engine", content="use postgres"), 1)
     second = new_memory(ns, MemoryItem(kind="decision", key="db.pool", content="pool of 10"), 2)
     sealed.save("t1", [first, second])
-    assert [m.content for m in sealed.find("t1", Filter("key == {k}", {"k": "db.engine"}), limit=10)] == ["use postgres"]
+    found = sealed.find("t1", Filter("key == {k}", {"k": "db.engine"}), limit=10)
+    assert [m.content for m in found] == ["use postgres"]
     assert [m.content for m in sealed.find("t1", Filter("key in {k}", {"k": ["db.pool"]}), limit=10)] == ["pool of 10"]
     assert [m.key for m in sealed.find("t1", Filter("key != {k}", {"k": "db.pool"}), limit=10)] == ["db.engine"]
     for template in ['content like "use%"', 'key == "db.engine"', "doc is not null"]:
@@ -226,3 +231,23 @@ def test_archived_turn_ids_are_keyed_digests(tmp_path: Path, key: str) -> None:
     plain = json.dumps(["default", NS["agent_id"], NS["session_id"], 1, 0, None, "user", "yes"], ensure_ascii=False)
     assert ids[0] == "turn_" + hashlib.sha256(plain.encode("utf-8")).hexdigest()[:40]  # ids of plain stores unchanged
     assert ids[1] != ids[0]
+
+
+@pytest.mark.parametrize("index_rows", [50_000, 0], ids=["in-process index", "store BM25"])
+def test_dedup_and_supersede_by_key_act_as_without_encryption(tmp_path: Path, key: str, index_rows: int) -> None:
+    contents = ["use postgres 16 for the orders service", "use postgres 16 for the orders service",
+                "use postgres 16 for the order service", "use mysql 8 for the orders service"]
+    outcomes = []
+    for folder, settings in (("plain", {}), ("keyed", {"encryption_key": key})):
+        app = create_app(make_settings(tmp_path / folder, local_index_rows=index_rows, **settings))
+        try:
+            client = app.test_client()
+            items = [[{"kind": "decision", "key": "db.engine", "content": text}] for text in contents]
+            actions = [post(client, "memory_write", {**NS, "items": item}).get_json()["results"][0]["action"]
+                       for item in items]
+            found = post(client, "memory_retrieve", {**NS, "key": "db.engine", "include_superseded": True}).get_json()
+            outcomes.append((actions, sorted((m["content"], bool(m["superseded_by"])) for m in found["memories"])))
+        finally:
+            app.extensions["acn"].close()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[1][0] == ["added", "duplicate", "superseded", "superseded"]
