@@ -111,9 +111,12 @@ def key() -> str:
     return Fernet.generate_key().decode()
 
 
-@pytest.mark.parametrize("index_rows", [50_000, 0], ids=["in-process index", "store BM25"])
-def test_no_plaintext_in_any_store_file_and_search_still_works(tmp_path: Path, key: str, index_rows: int) -> None:
-    app = create_app(make_settings(tmp_path, encryption_key=key, local_index_rows=index_rows))
+@pytest.mark.parametrize(("index_rows", "embedder"), [(50_000, "none"), (0, "none"), (0, "hash")],
+                         ids=["in-process index", "store BM25", "store hybrid"])
+def test_no_plaintext_in_any_store_file_and_search_still_works(tmp_path: Path, key: str, index_rows: int,
+                                                                embedder: str) -> None:
+    settings = {"encryption_key": key, "local_index_rows": index_rows, "embedder": embedder}
+    app = create_app(make_settings(tmp_path, **settings))
     try:
         client = app.test_client()
         _fill(client)
@@ -124,7 +127,7 @@ def test_no_plaintext_in_any_store_file_and_search_still_works(tmp_path: Path, k
     store_dir = tmp_path / "memory.db"
     assert sum(p.stat().st_size for p in store_dir.rglob("*") if p.is_file()) > 10_000  # the rows are in there
     assert plaintext_hits(store_dir) == []
-    reopened = create_app(make_settings(tmp_path, encryption_key=key, local_index_rows=index_rows))
+    reopened = create_app(make_settings(tmp_path, **settings))
     try:  # after a restart (rows read back from segments, not from this process's memory)
         _check_search(reopened.test_client())
     finally:
