@@ -175,7 +175,7 @@ class MemoryRepository:
         self.sealer = sealer
         self.spec = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is not None)
         self._twin = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is None)
-        self._plain_store = store
+        self._raw_store = store
         self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
         self._clock_lock = threading.Lock()
         self._last_ms: dict[tuple[str, str, str], int] = {}
@@ -229,7 +229,7 @@ class MemoryRepository:
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
         self.store.ensure(self.spec)
-        problem = sealing_problem(self._plain_store, self.spec, self._twin, self.sealer)
+        problem = sealing_problem(self._raw_store, self.spec, self._twin, self.sealer)
         if problem is not None:
             log.error("memories refused: %s", problem.message)
             self.store = RefusedStore(self.store, problem)
