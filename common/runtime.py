@@ -17,6 +17,7 @@ from providers.openai_chat import ChatClient
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore
+from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.tokens import Tokenizer, load_tokenizer
 
@@ -60,7 +61,8 @@ class Runtime:
         try:
             embedder = load_embedder(settings.embedder, cache)
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
-                                        index_rows=settings.local_index_rows)
+                                        index_rows=settings.local_index_rows,
+                                        sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None)
             memories.open()
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,
