@@ -15,6 +15,7 @@ from services.deps import Deps
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore
+from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.model_cache import cache_dir_setting, load_jieba_dictionary
 from text.tokens import Tokenizer, load_tokenizer
@@ -58,7 +59,8 @@ class Runtime:
         try:
             embedder = load_embedder(settings.embedder, cache)
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
-                                        index_rows=settings.local_index_rows)
+                                        index_rows=settings.local_index_rows,
+                                        sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None)
             memories.open()
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,

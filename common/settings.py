@@ -130,8 +130,9 @@ class Settings(StrictModel):
     encryption_key: str = Field(
         default="",
         description=(
-            "Fernet key (urlsafe base64, 32 bytes) or a path to a file holding one: session snapshots are then "
-            "encrypted at rest. Keep it apart from the store; generate with `python -m storage.crypto`."
+            "Fernet key (urlsafe base64, 32 bytes) or a path to a file holding one: session snapshots and memory rows "
+            "(content, key, meta) are then encrypted at rest, memories still searchable by BM25 over keyed hashes of "
+            "their tokens. Keep it apart from the store; generate with `python -m storage.crypto`."
         ),
     )
     redact_snapshots: bool = Field(

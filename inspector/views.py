@@ -8,6 +8,7 @@ sign-in pages and refuses any state-changing /ui request without the page's CSRF
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,9 @@ UI_NODES = ("assemble", "memory_retrieve", "session_rollback")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 # Inline styles place segments over their turns; scripts come only from /ui/static.
 CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
+
+
+VERSION_ARG = re.compile(r"[0-9]{1,9}")
 
 
 def create_blueprint() -> Blueprint:
@@ -87,8 +91,9 @@ def namespace(agent_id: str, session_id: str) -> Namespace:
 
 
 def version_arg(name: str) -> int:
+    """Read a version number from the query string; only ASCII digits, at most nine ("²".isdigit() is True)."""
     value = request.args.get(name, "")
-    if not value.isdigit() or int(value) < 1:
+    if not VERSION_ARG.fullmatch(value) or int(value) < 1:
         raise ValidationError(f"{name}: a version number (1 or more) is required", [f"{name}: invalid"])
     return int(value)
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Literal
 
@@ -247,7 +246,7 @@ def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
             rows += archive_rows(namespace, turn.number, index, message, memories.now_ms(tenant, namespace))
     # Ids derive from what is archived, so a retried request (after a store failure) rewrites the same
     # rows instead of adding duplicates.
-    rows = [row.model_copy(update={"id": archive_id(tenant, row)}) for row in rows]
+    rows = [row.model_copy(update={"id": archive_id(tenant, row, memories.digest)}) for row in rows]
     ids = [row.id for row in rows]
     memories.save(tenant, rows, new_ids=memories.absent_archive_ids(tenant, namespace, ids))
     return ids
@@ -271,12 +270,12 @@ def archive_rows(namespace: Namespace, turn: int, index: int, message: Message, 
             for part, piece in enumerate(pieces)]
 
 
-def archive_id(tenant: str, row: Memory) -> str:
-    """Return a deterministic id for an archived message part."""
+def archive_id(tenant: str, row: Memory, digest: Callable[[str], str]) -> str:
+    """Return a deterministic id for an archived message part (digest: the repository's, keyed when encrypted)."""
     turn = (row.turn_range or [0])[0]
     key = json.dumps([tenant, row.agent_id, row.session_id, turn, row.meta.get("message_index"),
                       row.meta.get("part"), row.meta.get("role"), row.content], ensure_ascii=False)
-    return "turn_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+    return "turn_" + digest(key)[:40]
 
 
 def describe_tool_calls(message: Message) -> str:
