@@ -98,7 +98,8 @@ def measure(folder: Path, key: str, index_rows: int, conversations: list[Any], s
         started = time.perf_counter()
         for number in range(writes):
             _post(client, "memory_write", {"agent_id": "writer", "session_id": "w", "items": [
-                {"kind": "fact", "content": f"订单 ORD-{number:05d} 的退款金额是 {number % 300} 元，customer #{number}"}]})
+                {"kind": "fact",
+                 "content": f"订单 ORD-{number:05d} 的退款金额是 {number % 300} 元，customer #{number}"}]})
         figures.write_seconds = time.perf_counter() - started
         figures.writes = writes
     finally:

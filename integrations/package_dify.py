@@ -14,6 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from common.pack import PACK
 from integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT
 
 # dify-plugin-daemon's default MAX_PLUGIN_PACKAGE_SIZE (uncompressed).

@@ -16,7 +16,6 @@ from assembly.recall import focused_memories, relative_floor, turn_pool, unreada
 from common.errors import ValidationError
 from common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
 from common.models import (
-    Language,
     Memory,
     MemoryKind,
     Message,
@@ -32,7 +31,7 @@ from retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
 from services.deps import Deps
 from storage.memories import kinds_filter, live_filter, scope_filter
 from storage.sessions import SessionState
-from text.lang import detect_language
+from text.lang import Language, detect_language
 from text.numbers import value_present
 
 Mode = Literal["snapshot", "focused", "streaming", "auto"]
