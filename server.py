@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import pydantic
 from flask import Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from waitress.server import create_server
@@ -26,12 +25,12 @@ from werkzeug.exceptions import HTTPException
 from app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from app.json_body import read_json_body
 from app.openapi import build_manifest, build_openapi
+from app.responses import error_response, ok_response, validate
 from app.runtime import Runtime
 from common.auth import authenticate, parse_api_keys
-from common.errors import PackError, UnauthorizedError, UnknownNodeError, ValidationError
+from common.errors import PackError, UnauthorizedError, UnknownNodeError
 from common.logs import configure_logging
 from common.metrics import Metrics
-from common.models import NodeResponse
 from common.pack import VERSION
 from common.settings import Settings
 from inspector import create_blueprint
@@ -153,38 +152,6 @@ def route_label() -> str:
     name = (request.view_args or {}).get("name")
     known = current_app.extensions.get("acn_nodes", {})
     return rule.replace("<name>", name) if name in known else rule
-
-
-def error_response(status: int, code: str, message: str, errors: list[str] | None = None) -> Response:
-    """Return the one error envelope every failure uses."""
-    metrics = current_app.extensions.get("acn_metrics")
-    if metrics is not None:
-        metrics.observe_error(code)
-    body = {"ok": False, "status": status, "code": code, "error": message, "errors": errors or [message],
-            "request_id": g.get("request_id", "")}
-    return Response(json.dumps(body, ensure_ascii=False), status=status, mimetype="application/json")
-
-
-def ok_response(model: NodeResponse) -> Response:
-    """Return a success envelope carrying the request id.
-
-    pydantic writes the JSON itself (in Rust): for an assembled context of 70 KB that is ~0.2 ms against
-    ~0.6 ms for model_dump and json.dumps.
-    """
-    body = model.model_copy(update={"request_id": g.get("request_id", "")}).model_dump_json()
-    return Response(body, status=200, mimetype="application/json")
-
-
-# -- parsing -------------------------------------------------------------------------------
-
-
-def validate(model: type[pydantic.BaseModel], data: Any) -> Any:
-    """Validate data against a request model; failures become a 422 listing each field path."""
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as error:
-        errors = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()]
-        raise ValidationError("; ".join(errors), errors) from None
 
 
 # -- routes --------------------------------------------------------------------------------

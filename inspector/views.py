@@ -16,6 +16,8 @@ from typing import Any
 import pydantic
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
+from app.json_body import read_json_body
+from app.responses import ok_response, validate
 from common.auth import authenticate
 from common.errors import NotFoundError, PackError, ValidationError
 from common.models import Namespace
@@ -138,9 +140,6 @@ def to_sign_in(_error: SignInRequired) -> Response:
 
 def node_view(name: str) -> Response:
     """Run one of the page's nodes for this tenant (the same models and errors as POST /v1/nodes/<name>)."""
-    # server.py imports this package; its request helpers are imported when a request needs them.
-    from server import ok_response, read_json_body, validate
-
     spec = current_app.extensions["acn_nodes"].get(name)
     if name not in UI_NODES or spec is None:
         raise NotFoundError(f"the inspector calls only {', '.join(UI_NODES)}")
