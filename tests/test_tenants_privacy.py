@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 import requests
 from cryptography.fernet import Fernet
 from flask import Flask
 
 from common.errors import PackError
+from common.logs import JsonFormatter
 from server import create_app
 from storage.crypto import MARKER
 from tests.conftest import ROOT, assert_error, free_port, make_settings, post, server_env, wait_for_port
@@ -95,6 +99,85 @@ def test_logs_never_contain_raw_personal_data(tmp_path: Path) -> None:
     assert any('"path": "/v1/memories/110101********4518"' in line for line in lines)
     for value in PII.values():
         assert value not in stderr
+
+
+# Written forms the masks once missed (issue 16, M4), each with the fragments that must never be logged.
+VARIANTS = {"139.8765.4321": ["139.8765.4321", "8765.4321"], "１３９８７６５４３２１": ["１３９８７６５４３２１", "８７６５"],
+            "110105 19851231 6214": ["19851231"], "zhang＠example.com": ["zhang＠", "zhang"],
+            "\x0113987654321": ["13987654321", "3987654"], "\x01 13987654321": ["13987654321", "3987654"]}
+
+
+def _assert_no_variant_leaked(log: str) -> None:
+    assert log.strip()
+    for line in log.splitlines():
+        json.loads(line)  # the masks never break a log line
+    for fragments in VARIANTS.values():
+        for fragment in fragments:
+            assert fragment not in log
+            assert json.dumps(fragment)[1:-1] not in log
+    assert "input_value=" not in log
+    assert "'input': " not in log
+
+
+def test_logged_exceptions_and_validation_errors_carry_no_input(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path))
+    text = " ".join(VARIANTS)
+
+    class Probe(pydantic.BaseModel):
+        query: str = pydantic.Field(max_length=8)
+        count: int
+
+    def _raise_validation() -> None:
+        Probe.model_validate({"query": text, "count": text})
+
+    def _raise_runtime() -> None:
+        raise RuntimeError(f"lookup failed for {text!r} / {text}")
+
+    app.add_url_rule("/probe/validation", "probe_validation", _raise_validation)
+    app.add_url_rule("/probe/runtime", "probe_runtime", _raise_runtime)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("acn")
+    logger.addHandler(handler)
+    try:
+        client = app.test_client()
+        assert_error(client.get("/probe/validation"), 500, "internal_error")
+        assert_error(client.get("/probe/runtime"), 500, "internal_error")
+        # The internal retrieve model once turned a long user_input into a 500 with its start in the traceback.
+        response = post(client, "assemble", {"agent_id": "a", "session_id": "s", "mode": "focused",
+                                             "max_tokens": 200_000, "user_input": text + " x" * 5000})
+        assert response.status_code in (200, 422, 500)
+        invalid = post(client, "memory_write", {"agent_id": "a", "session_id": "s",
+                                                "items": [{"kind": text, "content": text}]})
+        assert text not in json.dumps(assert_error(invalid, 422), ensure_ascii=False)
+        logger.error("direct", exc_info=RuntimeError(text), extra={"query": text, "nested": {"q": [text]}})
+    finally:
+        logger.removeHandler(handler)
+        app.extensions["acn"].close()
+    log = stream.getvalue()
+    assert log.count('"unexpected error"') >= 2
+    _assert_no_variant_leaked(log)
+
+
+def test_server_logs_of_a_500_carry_no_input(tmp_path: Path) -> None:
+    port = free_port()
+    env = server_env(ACN_MILVUS_URI=str(tmp_path / "memory.db"), ACN_LOG_LEVEL="INFO")
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    text = " ".join(VARIANTS)
+    try:
+        wait_for_port(port, timeout=60, process=process)
+        base = f"http://127.0.0.1:{port}"
+        requests.post(f"{base}/v1/nodes/assemble", json={"agent_id": "a", "session_id": "s", "mode": "focused",
+                                                         "max_tokens": 200_000, "user_input": text + " x" * 5000},
+                      timeout=60)
+        requests.get(f"{base}/v1/memories/{text}", timeout=30)
+        requests.get(f"{base}/v1/memories", params={"agent_id": text}, timeout=30)
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    _assert_no_variant_leaked("\n".join(line for line in stderr.splitlines() if line.startswith("{")))
 
 
 def test_snapshots_are_encrypted_at_rest_and_need_the_key(tmp_path: Path) -> None:
