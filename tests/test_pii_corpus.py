@@ -145,3 +145,15 @@ def test_corpus_size() -> None:
     # RELIABILITY.md quotes these figures.
     assert len(POSITIVES) >= 40
     assert len(NEGATIVES) >= 24
+
+
+def test_masking_is_linear_on_a_long_mailbox() -> None:
+    # The old e-mail pattern backtracked from every letter before an "@" with no domain: 8,000 letters took 8 s,
+    # 20,000 about a minute, in a log line or a redact_pii write. Now each "@" is grown both ways once.
+    import time
+
+    text = "a" * 20_000 + "@" + "b" * 20_000 + " " + "c" * 20_000 + "@example.com"
+    started = time.perf_counter()
+    redacted, count = redact_pii(text)
+    assert count == 1 and redacted.endswith("c***@example.com")
+    assert time.perf_counter() - started < 5.0

@@ -219,3 +219,56 @@ def _ns(ns: dict[str, Any]) -> Any:
     from common.models import Namespace
 
     return Namespace(**ns)
+
+
+def test_redact_pii_reaches_name_meta_and_tool_arguments_on_every_write(tmp_path: Path) -> None:
+    ns = {"agent_id": "a", "session_id": "s"}
+    arguments = json.dumps({"phone": 13987654321, "mail": "zhang＠example.com"}, ensure_ascii=False)
+    messages = [
+        {"role": "user", "name": "１３９８７６５４３２１", "content": "查 139.8765.4321",
+         "meta": {"tel": 13987654321, "id": "110105 19851231 6214", "part": 1}},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "found \x0113987654321"},
+    ]
+    raw = ["13987654321", "8765", "１３９８７６５４３２１", "19851231", "zhang"]
+    # Snapshot redaction too: a phone kept as a number in meta once made the masked JSON unreadable (500).
+    app = create_app(make_settings(tmp_path, redact_snapshots=True))
+    try:
+        client = app.test_client()
+        recorded = post(client, "record_turn", {**ns, "messages": messages, "redact_pii": True, "edit": False})
+        assert recorded.status_code == 200, recorded.get_data(as_text=True)
+        state = post(client, "session_state", ns).get_json()
+        dumped = json.dumps(state["buffer"], ensure_ascii=False)
+        assert all(value not in dumped for value in raw), dumped
+        assert state["buffer"][0]["meta"] == {"tel": "139****4321", "id": "110105********6214", "part": 1}
+        call = state["buffer"][1]["tool_calls"][0]
+        assert call["id"] == "call_1" and call["function"]["name"] == "lookup"
+        assert json.loads(call["function"]["arguments"]) == {"phone": "139****4321", "mail": "z***@example.com"}
+        written = post(client, "memory_write", {**ns, "redact_pii": True, "items": [
+            {"content": "联系 139.8765.4321", "meta": {"from": "zhang＠example.com", "tel": 13987654321}}]})
+        assert written.status_code == 200
+        listing = client.get("/v1/memories", query_string=ns).get_json()["memories"]
+        stored = json.dumps(listing, ensure_ascii=False)
+        assert "139****4321" in stored and all(value not in stored for value in raw), stored
+        fact = next(memory for memory in listing if memory["kind"] == "fact")
+        assert fact["meta"] == {"from": "z***@example.com", "tel": "139****4321"}
+        # ACN_REDACT_SNAPSHOTS alone (no redact_pii on the request) masks the snapshot, numbers and JSON included.
+        other = {"agent_id": "a", "session_id": "s2"}
+        recorded = post(client, "record_turn", {**other, "messages": messages, "edit": False})
+        assert recorded.status_code == 200, recorded.get_data(as_text=True)
+        snapshot = post(client, "session_state", other).get_json()
+        assert all(value not in json.dumps(snapshot, ensure_ascii=False) for value in raw)
+        assert snapshot["buffer"][0]["meta"]["tel"] == "139****4321"
+        call = snapshot["buffer"][1]["tool_calls"][0]
+        assert json.loads(call["function"]["arguments"]) == {"phone": "139****4321", "mail": "z***@example.com"}
+    finally:
+        app.extensions["acn"].close()
+    # Without redact_pii nothing is masked: the option is what masks, not the store.
+    plain = create_app(make_settings(tmp_path / "plain"))
+    try:
+        client = plain.test_client()
+        assert post(client, "record_turn", {**ns, "messages": messages, "edit": False}).status_code == 200
+        assert "139.8765.4321" in json.dumps(post(client, "session_state", ns).get_json(), ensure_ascii=False)
+    finally:
+        plain.extensions["acn"].close()

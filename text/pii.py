@@ -35,12 +35,15 @@ _PHONE = re.compile(
     re.ASCII,
 )
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff66-\uff9f"
-# Unicode mailboxes and domains ("用户@例子.中国", "josé@bücher.de"); the top-level domain is letters only.
-_EMAIL = re.compile(r"((?:[^\W_]|[.%+\-_])+)@((?:[^\W_][\w-]*\.)+[^\W\d_]{2,})")
-_LEADING_CJK = re.compile(f"^[{_CJK}]+")
+# E-mail: unicode mailboxes and domains ("用户@例子.中国", "josé@bücher.de"), found by _emails below.
+_LEADING_CJK = re.compile(f"[{_CJK}]+")
 _ESCAPE = re.compile(r"\\+(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[ntr])")
 # Characters that may read differently once normalised: anything outside printable ASCII, and backslashes.
-_SPECIAL = re.compile(r"\\+(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[ntr])|[^\x20-\x5b\x5d-\x7e\n]")
+# CJK ideographs, kana, hangul syllables and "。、" read as themselves: skipping them keeps Chinese text fast.
+_SPECIAL = re.compile(
+    r"\\+(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[ntr])"
+    r"|[^\x20-\x5b\x5d-\x7e\n\u3001\u3002\u3041-\u3096\u30a1-\u30fa\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3]"
+)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
 
 
@@ -155,17 +158,8 @@ def _is_amex(text: str, match: re.Match[str]) -> bool:
     return luhn_valid(re.sub(r"\D", "", match.group(0)))
 
 
-def _email_start(match: re.Match[str]) -> int:
-    """Start an address after Chinese text glued to it ("邮箱zhang@…"), unless the mailbox is all CJK."""
-    local = match.group(1)
-    leading = _LEADING_CJK.match(local)
-    if leading and leading.end() < len(local):
-        return match.start() + leading.end()
-    return match.start()
-
-
 Rule = tuple[str, re.Pattern[str], Callable[[re.Match[str]], str]]
-# ID cards before bank cards before phones: an 18-digit ID or a card must not be read as a phone number.
+# ID cards before bank cards before phones (then e-mails): an 18-digit ID or a card is never read as a phone.
 _RULES: list[Rule] = [
     ("id_card", _ID_CARD_18, _mask_id_card),
     ("id_card", _ID_CARD_15, _mask_id_card),
@@ -173,7 +167,6 @@ _RULES: list[Rule] = [
     ("bank_card", _CARD_AMEX, _mask_card),
     ("bank_card", _CARD_PLAIN, _mask_card),
     ("phone", _PHONE, _mask_phone),
-    ("email", _EMAIL, lambda match: ""),  # masked in _hits: the address may start inside the match
 ]
 _CHECKS: dict[re.Pattern[str], Callable[[str, re.Match[str]], bool]] = {
     _CARD_PLAIN: _is_plain_card, _CARD_AMEX: _is_amex,
@@ -188,19 +181,62 @@ class _Hit:
     mask: str
 
 
+class _Claimed:
+    """Non-overlapping spans already masked, sorted by start."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def overlaps(self, start: int, end: int) -> bool:
+        index = bisect.bisect_left(self.starts, end)
+        return index > 0 and self.ends[index - 1] > start
+
+    def add(self, start: int, end: int) -> None:
+        index = bisect.bisect_left(self.starts, start)
+        self.starts.insert(index, start)
+        self.ends.insert(index, end)
+
+
+_LOCAL_EXTRA = frozenset(".%+-_")
+_DOMAIN = re.compile(r"(?:[^\W_][\w-]*\.)+[^\W\d_]{2,}")
+
+
+def _emails(text: str) -> list[tuple[int, int, str]]:
+    """Return (start, end, mask) of every address: found at each "@", grown both ways (linear, not a scan)."""
+    found: list[tuple[int, int, str]] = []
+    at = text.find("@")
+    while at != -1:
+        domain = _DOMAIN.match(text, at + 1)
+        start = at
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in _LOCAL_EXTRA):
+            start -= 1
+        if domain and start < at:
+            # Chinese text glued to an address ("邮箱zhang@…") is not part of it, unless the mailbox is all CJK.
+            leading = _LEADING_CJK.match(text, start, at)
+            if leading and leading.end() < at:
+                start = leading.end()
+            found.append((start, domain.end(), f"{text[start]}***@{domain.group(0)}"))
+        at = text.find("@", domain.end() if domain else at + 1)
+    return found
+
+
 def _hits(text: str) -> list[_Hit]:
     """Return the non-overlapping matches in the normalised text, earlier rules first."""
     hits: list[_Hit] = []
+    claimed = _Claimed()
     for kind, pattern, mask in _RULES:
         check = _CHECKS.get(pattern)
         for match in pattern.finditer(text):
-            start = _email_start(match) if pattern is _EMAIL else match.start()
-            if any(start < hit.end and hit.start < match.end() for hit in hits):
+            if claimed.overlaps(match.start(), match.end()) or (check is not None and not check(text, match)):
                 continue
-            if check is not None and not check(text, match):
-                continue
-            masked = f"{text[start]}***@{match.group(2)}" if pattern is _EMAIL else mask(match)
-            hits.append(_Hit(kind, start, match.end(), masked))
+            claimed.add(match.start(), match.end())
+            hits.append(_Hit(kind, match.start(), match.end(), mask(match)))
+    if "@" in text:
+        for start, end, masked in _emails(text):
+            if not claimed.overlaps(start, end):
+                claimed.add(start, end)
+                hits.append(_Hit("email", start, end, masked))
     return hits
 
 
@@ -234,10 +270,12 @@ def find_pii(text: str) -> list[tuple[str, str]]:
 def redact_value(value: Any) -> tuple[Any, int]:
     """Mask personal data in every string (and number) of a JSON value, keys included; return it and the count.
 
-    A number that reads as personal data (a phone stored as an integer) becomes its masked string.
+    A number that reads as personal data (a phone stored as an integer) becomes its masked string; a string
+    holding a JSON object or list is masked inside and re-encoded.
     """
     if isinstance(value, str):
-        return redact_pii(value)
+        # A string holding JSON (tool-call arguments) stays valid JSON once masked.
+        return redact_json_text(value) if value.lstrip()[:1] in ("{", "[") else redact_pii(value)
     if isinstance(value, bool) or value is None:
         return value, 0
     if isinstance(value, (int, float)):
