@@ -163,7 +163,7 @@ class Settings(StrictModel):
         except pydantic.ValidationError as error:
             # Name the variable the operator set, not the model field: "ACN_PORT: Input should be …".
             problems = [f"{ENV_PREFIX}{'.'.join(str(part) for part in item['loc']).upper()}: {item['msg']}"
-                        for item in error.errors()]
+                        for item in error.errors(include_input=False, include_url=False)]
             raise ConfigurationError("invalid settings: " + "; ".join(problems), problems) from None
 
     @property

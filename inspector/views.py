@@ -88,7 +88,8 @@ def namespace(agent_id: str, session_id: str) -> Namespace:
     try:
         return Namespace(agent_id=agent_id, session_id=session_id)
     except pydantic.ValidationError as error:
-        errors = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()]
+        errors = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                  for e in error.errors(include_input=False, include_url=False)]
         raise ValidationError("; ".join(errors), errors) from None
 
 

@@ -12,7 +12,7 @@ from common.models import Message, MessageList, NodeResponse, StrictModel, parse
 from nodes.spec import Description, NodeSpec
 from services.deps import Deps
 from text.numbers import extract_key_numbers, value_present
-from text.pii import find_pii, redact_pii
+from text.pii import find_pii, redact_json_text, redact_pii, redact_value
 from text.pleasantries import is_pleasantry
 from text.similarity import can_reach, shingle_similarity, shingles
 from text.tokens import Tokenizer
@@ -67,7 +67,9 @@ class EditRules(StrictModel):
         description="Shrink tool results above this many tokens (JSON to its key fields); null: never.",
     )
     redact_pii: bool = Field(
-        default=False, description="Mask phone, ID-card and bank-card numbers and e-mails."
+        default=False,
+        description="Mask phone, ID-card and bank-card numbers and e-mails in content, name, meta and tool-call "
+                    "arguments.",
     )
 
 
@@ -189,14 +191,63 @@ def _quote(text: str, limit: int = 24) -> str:
 
 
 def _redact(work: _Work) -> None:
-    """Mask personal data in every unprotected message."""
+    """Mask personal data in every unprotected message: content, name, meta and tool-call arguments."""
     for index in range(work.editable_end):
-        content = work.messages[index].content
-        redacted, count = redact_pii(content)
+        message = work.messages[index]
+        redacted, count = redact_message(message)
         if count:
-            kinds = ", ".join(sorted({kind for kind, _ in find_pii(content)}))
+            texts = [message.content, message.name or "", json.dumps(message.meta, ensure_ascii=False),
+                     json.dumps(message.tool_calls or [], ensure_ascii=False)]
+            kinds = ", ".join(sorted({kind for text in texts for kind, _ in find_pii(text)}))
             reason = f"Masked {count} personal data item(s) ({kinds})."
-            work.replace(index, redacted, "redact_pii", reason)
+            before = work.tokenizer.count_message(message)
+            work.messages[index] = redacted
+            saved = before - work.tokenizer.count_message(redacted)
+            work.edits.append(Edit(index=index, action="redact_pii", reason=reason, tokens_saved=saved))
+
+
+def redact_message(message: Message) -> tuple[Message, int]:
+    """Return the message with personal data masked everywhere a caller can put text, and the count.
+
+    Tool-call ids and function names are left alone: they pair a call with its result and name no one.
+    """
+    content, total = redact_pii(message.content)
+    update: dict[str, Any] = {"content": content}
+    if message.name:
+        update["name"], count = redact_pii(message.name)
+        total += count
+    if message.meta:
+        update["meta"], count = redact_value(message.meta)
+        total += count
+    if message.tool_calls:
+        calls = [_redact_call(call) for call in message.tool_calls]
+        update["tool_calls"] = [call for call, _ in calls]
+        total += sum(count for _, count in calls)
+    return (message.model_copy(update=update), total) if total else (message, 0)
+
+
+def _redact_call(call: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """Mask one OpenAI-shape tool call: its arguments (JSON kept valid) and any extra fields."""
+    result: dict[str, Any] = {}
+    total = 0
+    for key, value in call.items():
+        if key in ("id", "type"):
+            result[key] = value
+        elif key == "function" and isinstance(value, dict):
+            function = dict(value)
+            for field_name, item in value.items():
+                if field_name == "name":
+                    continue
+                if field_name == "arguments" and isinstance(item, str):
+                    function[field_name], count = redact_json_text(item)
+                else:
+                    function[field_name], count = redact_value(item)
+                total += count
+            result[key] = function
+        else:
+            result[key], count = redact_value(value)
+            total += count
+    return result, total
 
 
 def _drop_pleasantries(work: _Work) -> None:

@@ -19,13 +19,12 @@ from common.models import (
 )
 from compaction.segments import group_turns
 from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
-from nodes.edit_context import Edit, EditContextRequest, EditRules
+from nodes.edit_context import Edit, EditContextRequest, EditRules, redact_message
 from nodes.edit_context import run as edit_context
 from nodes.memory_write import MemoryItem, WriteResult, extracted_items, write_items
 from nodes.spec import Description, NodeSpec
 from services.deps import Deps
 from storage.sessions import SessionState
-from text.pii import redact_pii
 
 
 class RecordTurnRequest(Namespace):
@@ -98,8 +97,9 @@ def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Mess
             if turn > MAX_TURN:
                 # model_copy does not validate: without this check a state that cannot be read back is stored.
                 raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
-        content = redact_pii(message.content)[0] if redact else message.content
-        result.append(message.model_copy(update={"turn": turn, "content": content}))
+        if redact:  # content, name, meta and tool-call arguments alike
+            message = redact_message(message)[0]
+        result.append(message.model_copy(update={"turn": turn}))
     return result
 
 

@@ -19,7 +19,7 @@ from common.errors import ConflictError, NotFoundError
 from common.models import Message, Namespace, Segment, StrictModel
 from storage.base import CollectionSpec, Filter, MemoryStore
 from storage.crypto import SnapshotCipher
-from text.pii import redact_pii
+from text.pii import redact_value
 
 SESSION_FIELDS = {
     "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "row": "varchar",
@@ -192,11 +192,11 @@ class SessionRepository:
                                        "created_at": int(time.time() * 1000)})
         # Snapshot rows and the head row go in one upsert: one round trip, and the head never
         # points at a version whose rows were not sent with it.
-        text = new.model_dump_json()
         if self.redact:
-            # The masks replace digits and mailbox names inside JSON strings; quotes are never touched.
-            text = redact_pii(text)[0]
-            new = SessionState.model_validate_json(text)  # serve what a later read would return
+            # Masked value by value, not over the JSON text: a phone kept as a number in meta or tool-call
+            # arguments becomes a masked string instead of breaking the JSON; serve what a later read returns.
+            new = SessionState.model_validate(redact_value(new.model_dump(mode="json"))[0])
+        text = new.model_dump_json()
         self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text),
                                            self._head_row(tenant, namespace, new)])
         self._remember((tenant, namespace.agent_id, namespace.session_id), new)
