@@ -111,7 +111,8 @@ def store_level(folder: Path, key: str, texts: list[str], queries: list[str], ro
     """Single-row saves and store BM25 searches at the repository, plain and encrypted alternating each round
     (a shared machine's load drifts: interleaving keeps it out of the ratio)."""
     from common.models import Namespace
-    from nodes.memory_write import MemoryItem, new_memory
+    from memory.items import MemoryItem
+    from memory.write import new_memory
     from storage.memories import MemoryRepository, scope_filter
     from storage.milvus import MilvusStore
     from storage.sealed import RowSealer

@@ -38,7 +38,7 @@ from bench.progress import progress
 from common.auth import DEFAULT_TENANT
 from common.models import Memory
 from common.settings import Settings
-from nodes.memory_write import DEFAULT_IMPORTANCE
+from memory.items import DEFAULT_IMPORTANCE
 from server import create_app
 from storage.memories import new_memory_id
 from tests.conftest import ROOT, free_port, server_env

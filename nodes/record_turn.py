@@ -18,10 +18,10 @@ from common.models import (
     parse_json_object,
 )
 from compaction.segments import group_turns
+from editing.edit import Edit, EditRules, edit_messages, redact_message
+from memory.items import MemoryItem, WriteResult
+from memory.write import extracted_items, write_items
 from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
-from nodes.edit_context import Edit, EditContextRequest, EditRules, redact_message
-from nodes.edit_context import run as edit_context
-from nodes.memory_write import MemoryItem, WriteResult, extracted_items, write_items
 from nodes.spec import Description, NodeSpec
 from services.deps import Deps
 from storage.sessions import SessionState
@@ -107,12 +107,9 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
     """Return the buffer after the edit rules (the raw messages are already archived)."""
     if not request.edit:
         return buffer, []
-    # Built without validation: every part is already validated, and the buffer may legitimately hold more
-    # messages than an edit_context request may carry (5,000) when compaction is off; validating it again
-    # would turn that into a 500.
-    edited = edit_context(EditContextRequest.model_construct(messages=buffer, rules=request.rules,
-                                                             protect_last=request.protect_last), deps)
-    return edited.messages, edited.edits
+    # The buffer may hold more messages than an edit_context request may carry (5,000) when compaction is off:
+    # the edit runs on the list itself, not through the node's request model.
+    return edit_messages(buffer, request.rules, request.protect_last, deps.tokenizer)
 
 
 def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps) -> list[WriteResult]:

@@ -17,7 +17,8 @@ from cryptography.fernet import Fernet
 from flask import Flask
 
 from common.models import Namespace
-from nodes.memory_write import MemoryItem, new_memory
+from memory.items import MemoryItem
+from memory.write import new_memory
 from server import create_app
 from storage.base import Filter
 from storage.memories import MemoryRepository, scope_filter

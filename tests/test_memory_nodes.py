@@ -177,7 +177,7 @@ def test_dedup_in_a_namespace_too_large_to_load_stays_inside_the_namespace(fresh
     # duplicate, the agent's own is, and a key still supersedes.
     from common.auth import DEFAULT_TENANT
     from common.models import Memory
-    from nodes.memory_write import POOL_LIMIT
+    from memory.pool import POOL_LIMIT
     from storage.memories import new_memory_id
 
     client = fresh_app.test_client()

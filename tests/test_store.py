@@ -12,7 +12,8 @@ import pytest
 
 from common.errors import StoreUnavailableError
 from common.models import Namespace
-from nodes.memory_write import MemoryItem, new_memory
+from memory.items import MemoryItem
+from memory.write import new_memory
 from providers.embedders import HashEmbedder
 from storage.base import Filter
 from storage.memories import MemoryRepository, kinds_filter, live_filter, scope_filter, to_record
