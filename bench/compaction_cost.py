@@ -1,6 +1,10 @@
 """How compaction cost grows with its input: `compact` (force, extractive) over 100 … 5,000 messages.
 
 Run: .venv/bin/python -m bench.compaction_cost [--sizes 100,250,500,1000,5000] [--repeat 1]
+     [--old /path/to/another/checkout [--old-timeout 60]]
+
+With --old, each size is also timed with the compaction code of another checkout (e.g. a worktree at a29ecb3),
+in a subprocess in the same run, so both columns see the same machine load.
 
 The messages are a generated Chinese + English working conversation (parameters set and changed, decisions with
 reasons, constraints, to-dos, amounts, dates and ids), about 90 bytes a message as in issue 16's report. Times
@@ -11,8 +15,12 @@ Not part of the test run.
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from common.models import Message
 from compaction.engine import compact_turns
@@ -107,16 +115,42 @@ def time_compaction(messages: list[Message], repeat: int = 1) -> float:
     return best
 
 
+# Runs in a subprocess with another checkout first on sys.path: its compaction code, this file's conversation.
+_OLD_TIMER = """
+import importlib.util, json, sys
+sys.path.insert(0, sys.argv[1])
+spec = importlib.util.spec_from_file_location("compaction_cost_bench", sys.argv[2])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+print(json.dumps(bench.time_compaction(bench.conversation(int(sys.argv[3])), int(sys.argv[4]))))
+"""
+
+
+def time_old(checkout: str, size: int, repeat: int, timeout: float) -> str:
+    """Return the time of the same compaction with another checkout's code ("> timeout" when it runs over)."""
+    command = [sys.executable, "-c", _OLD_TIMER, checkout, str(Path(__file__).resolve()), str(size), str(repeat)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=checkout, check=True)
+    except subprocess.TimeoutExpired:
+        return f">{timeout:.0f}"
+    return f"{json.loads(done.stdout.strip().splitlines()[-1]):.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=",".join(str(size) for size in DEFAULT_SIZES))
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--old", default="", help="another checkout whose compaction code is timed too")
+    parser.add_argument("--old-timeout", type=float, default=60.0, help="seconds before an old run is cut off")
     args = parser.parse_args()
-    print("messages  bytes     seconds")
+    print("messages     bytes   seconds" + ("   old seconds" if args.old else ""))
     for size in (int(part) for part in args.sizes.split(",")):
         messages = conversation(size)
         chars = sum(len(m.content.encode("utf-8")) for m in messages)
-        print(f"{size:>8}  {chars:>8}  {time_compaction(messages, args.repeat):8.3f}", flush=True)
+        line = f"{size:>8}  {chars:>8}  {time_compaction(messages, args.repeat):8.3f}"
+        if args.old:
+            line += f"  {time_old(args.old, size, args.repeat, args.old_timeout):>12}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
