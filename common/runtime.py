@@ -11,6 +11,7 @@ from typing import Any
 from common.deps import Deps
 from common.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
+from compaction.limits import WorkSlots
 from providers.embedders import load_embedder
 from providers.openai_chat import ChatClient
 from storage.crypto import SnapshotCipher
@@ -71,6 +72,7 @@ class Runtime:
         chat = ChatClient.from_settings(settings)
         runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
                       chat=chat)
+        runtime.extra["compaction_slots"] = WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
