@@ -211,15 +211,17 @@ def test_memory_retrieve_answers_while_large_compactions_run() -> None:
     """Issue 16: 8 concurrent large compactions made a 2 ms memory_retrieve wait 57 s (every request thread
     busy). With compaction slots at most 2 × ACN_COMPACTION_CONCURRENCY threads compact; the rest answer."""
     ns = {"agent_id": "h3", "session_id": "light"}
-    heavy = {"agent_id": "h3", "session_id": "heavy", "messages": _messages(1000), "force": True, "persist": False}
+    # Distinct conversations: the same one again would find the process's text caches warm.
+    heavy = [{"agent_id": "h3", "session_id": "heavy", "messages": _messages(1000, seed=seed), "force": True,
+              "persist": False} for seed in range(16)]
     with serving(ACN_THREADS="8", ACN_COMPACTION_CONCURRENCY="1", ACN_COMPACTION_WAIT_SECONDS="30") as base:
         write = requests.post(f"{base}/v1/nodes/memory_write", json={**ns, "items": [
             {"kind": "fact", "content": "对账接口的超时是45秒"}]}, timeout=60)
         assert write.status_code == 200, write.text
         statuses: list[int] = []
         with ThreadPoolExecutor(16) as pool:
-            futures = [pool.submit(requests.post, f"{base}/v1/nodes/compact", json=heavy, timeout=600)
-                       for _ in range(16)]
+            futures = [pool.submit(requests.post, f"{base}/v1/nodes/compact", json=body, timeout=600)
+                       for body in heavy]
             time.sleep(1.0)  # the compactions have taken their threads
             started = time.perf_counter()
             answer = requests.post(f"{base}/v1/nodes/memory_retrieve", json={**ns, "query": "超时"}, timeout=120)
