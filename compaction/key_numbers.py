@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 from compaction.similarity import topic_key
 from text.numbers import KINDS, SEPARATOR, value_haystack, value_needle, value_present
@@ -52,13 +53,10 @@ def mark_earlier(
     A generic label (the value's kind, e.g. "duration") is replaced by the statement's topic.
     """
     suffix = EARLIER_SUFFIX["zh" if language == "zh" else "en"]
-    # A merge carries every number of the conversation and supersedes a few statements: one substring search
-    # rules out most values before the exact (regex) test of each statement.
-    possible = SEPARATOR.join(value_haystack(text) for text in superseded)
+    find = _FirstMention(superseded)
     result: list[tuple[str, str]] = []
     for label, value in pairs:
-        old_text = (next((text for text in superseded if value_present(value, text)), None)
-                    if value_needle(value) in possible else None)
+        old_text = find.first(value)
         if (
             old_text
             and not label.endswith(suffix)
@@ -69,6 +67,35 @@ def mark_earlier(
             label = ((topic_key(old_text) or base) if base in KINDS else base) + suffix
         result.append((label, value))
     return result
+
+
+class _FirstMention:
+    """Finds the first of some texts that states a value (value_present) without trying each text in turn.
+
+    A merge carries every number of the conversation, and one long turn can supersede a thousand statements: the
+    texts are searched at once (joined, without whitespace as value_present reads them), and only a text the
+    value's characters occur in is tested exactly.
+    """
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.joined = SEPARATOR.join(value_haystack(text) for text in texts)
+        self.starts: list[int] = []
+        offset = 0
+        for text in texts:
+            self.starts.append(offset)
+            offset += len(value_haystack(text)) + 1
+
+    def first(self, value: str) -> str | None:
+        if not self.texts:
+            return None
+        at = self.joined.find(value_needle(value))
+        while at >= 0:
+            index = bisect_right(self.starts, at) - 1
+            if value_present(value, self.texts[index]):
+                return self.texts[index]
+            at = self.joined.find(value_needle(value), self.starts[index + 1]) if index + 1 < len(self.texts) else -1
+        return None
 
 
 def build_key_numbers(pairs: list[tuple[str, str]]) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -203,12 +204,27 @@ def _key_numbers(text: str) -> tuple[KeyNumber, ...]:
 def _covered(values: list[str]) -> set[str]:
     """Return the values that already appear inside a longer value ("2025" in "2025-03-17")."""
     canonical = {value: _canonical(value) for value in dict.fromkeys(values)}
+    # One search of all values joined (NUL separated) finds the values a needle is in, instead of a pair loop:
+    # a pasted document has thousands of numbers.
+    entries = list(canonical.items())
+    joined = SEPARATOR.join(haystack for _, haystack in entries)
+    starts = []
+    offset = 0
+    for _, haystack in entries:
+        starts.append(offset)
+        offset += len(haystack) + 1
     covered = set()
-    for value, needle in canonical.items():
-        for other, haystack in canonical.items():
-            if other != value and needle in haystack and value_present(value, other):
+    for value, needle in entries:
+        at = joined.find(needle) if needle else -1
+        while at >= 0:
+            index = bisect_right(starts, at) - 1
+            other = entries[index][0]
+            if other != value and value_present(value, other):
                 covered.add(value)
                 break
+            at = joined.find(needle, starts[index + 1]) if index + 1 < len(starts) else -1
+        if needle == "" and len(entries) > 1:
+            covered.add(value)  # "" is in every other value, as the pair loop found
     return covered
 
 
@@ -251,9 +267,17 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 def _select_spans(candidates: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
     """Keep the longest non-overlapping matches (earlier patterns win ties), in text order."""
     chosen: list[tuple[int, int, str]] = []
+    # The chosen spans are disjoint: kept sorted by start, only the last one starting before `end` can overlap
+    # a new span (a pasted document has thousands of candidates; testing each against all chosen was quadratic).
+    starts: list[int] = []
+    ends: list[int] = []
     for start, end, _, kind in sorted(candidates, key=lambda c: (c[0] - c[1], c[2], c[0])):
-        if all(end <= other_start or start >= other_end for other_start, other_end, _ in chosen):
-            chosen.append((start, end, kind))
+        at = bisect_left(starts, end)
+        if at and ends[at - 1] > start:
+            continue
+        starts.insert(at, start)
+        ends.insert(at, end)
+        chosen.append((start, end, kind))
     return sorted(chosen)
 
 
