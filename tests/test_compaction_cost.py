@@ -13,16 +13,22 @@ import pytest
 import requests
 from flask import Flask
 
+import compaction.extractive as extractive
+import compaction.key_numbers as key_numbers
 import compaction.similarity as similarity
+import text.numbers as numbers
+import text.sentences as sentences
 from bench.compaction_cost import conversation as generated
-from common.models import Decision
+from common.models import Decision, Message
 from compaction.engine import compact_turns
 from compaction.key_numbers import add_key_number, build_key_numbers
 from compaction.merge import resolve_decisions
+from compaction.rules import Statement, is_question
 from compaction.similarity import is_near_duplicate, same_topic
 from server import create_app
 from tests.compaction_golden import GOLDEN, digests
 from tests.conftest import assert_error, make_settings, post, serving
+from text.similarity import similarity as text_similarity
 from text.tokens import load_tokenizer
 
 # -- the same outputs -----------------------------------------------------------------------
@@ -234,3 +240,121 @@ def test_memory_retrieve_answers_while_large_compactions_run() -> None:
         assert set(statuses) <= {200, 503} and 200 in statuses and 503 in statuses, statuses
 
 
+
+
+# -- the text helpers rewritten without pair loops, against the a29ecb3 versions -------------------
+
+
+def _old_select_spans(candidates: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
+    chosen: list[tuple[int, int, str]] = []
+    for start, end, _, kind in sorted(candidates, key=lambda c: (c[0] - c[1], c[2], c[0])):
+        if all(end <= other_start or start >= other_end for other_start, other_end, _ in chosen):
+            chosen.append((start, end, kind))
+    return sorted(chosen)
+
+
+def _old_covered(values: list[str]) -> set[str]:
+    canonical = {value: numbers._canonical(value) for value in dict.fromkeys(values)}
+    return {value for value, needle in canonical.items()
+            if any(other != value and needle in haystack and numbers.value_present(value, other)
+                   for other, haystack in canonical.items())}
+
+
+def _old_value_present(value: str, text: str) -> bool:
+    pattern = numbers._value_pattern(value)
+    return pattern is None or pattern.search(numbers._canonical_text(text)) is not None
+
+
+def _old_is_abbreviation(text: str, dot: int) -> bool:
+    before = text[:dot]
+    line_start = max(before.rfind("\n"), before.rfind("。")) + 1
+    if sentences._LIST_MARKER.match(before[line_start:]):
+        return True
+    word = sentences._WORD_BEFORE.search(before)
+    if word is None:
+        return False
+    token = word.group(1).lower()
+    return (token in sentences._ABBREVIATIONS or (len(token) == 1 and word.group(1).isupper())
+            or bool(sentences._DOTTED.fullmatch(token)))
+
+
+def test_number_and_sentence_helpers_match_their_pairwise_versions() -> None:
+    rng = random.Random(11)
+    chars = "0123456789., 万-１％%￥¥\u3000\t"
+    for _ in range(4000):
+        values = ["".join(rng.choice(chars) for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(0, 8))]
+        assert numbers._covered(values) == _old_covered(values)
+        value, text = values[0] if values else "1", "".join(rng.choice(chars) for _ in range(rng.randint(0, 14)))
+        assert numbers.value_present(value, text) == _old_value_present(value, text)
+        spans = [(start, start + rng.randint(1, 8), rng.randint(0, 5), rng.choice("ab"))
+                 for start in (rng.randint(0, 30) for _ in range(rng.randint(0, 15)))]
+        assert numbers._select_spans(spans) == _old_select_spans(spans)
+        pieces = ["a", "B", ".", " ", "\n", "。", "1", "e.g", "Dr", "J", "  ", "i.e", "U.S", "12"]
+        line = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
+        for dot in (index for index, char in enumerate(line) if char == "."):
+            assert sentences._is_abbreviation(line, dot) == _old_is_abbreviation(line, dot), (line, dot)
+
+
+def _old_echoes_user(item: Statement, statements: list[Statement]) -> bool:
+    own_numbers = set(similarity.numbers_of(item.text))
+    for other in statements:
+        if other.role != "user" or other.turn != item.turn or is_question(other.text):
+            continue
+        if not own_numbers <= set(similarity.numbers_of(other.text)):
+            continue
+        score = text_similarity(item.text, other.text)
+        threshold = extractive.ECHO_SIMILARITY_SAME_NUMBERS if own_numbers else extractive.ECHO_SIMILARITY
+        if score >= threshold or same_topic(item.text, other.text):
+            return True
+    return False
+
+
+def _old_mark_earlier(pairs: list[tuple[str, str]], superseded: list[str], current: list[str],
+                      language: str) -> list[tuple[str, str]]:
+    suffix = key_numbers.EARLIER_SUFFIX["zh" if language == "zh" else "en"]
+    result = []
+    for label, value in pairs:
+        old_text = next((text for text in superseded if numbers.value_present(value, text)), None)
+        if old_text and not label.endswith(suffix) and not any(numbers.value_present(value, t) for t in current):
+            base = key_numbers._NUMBER_SUFFIX.sub("", label)
+            label = ((similarity.topic_key(old_text) or base) if base in numbers.KINDS else base) + suffix
+        result.append((label, value))
+    return result
+
+
+def test_echoes_and_earlier_values_match_their_pairwise_versions() -> None:
+    rng = random.Random(12)
+    texts = ["超时设为30秒", "已将超时设为30秒", "超时改成45秒吗？", "pool size is now 20", "Set the pool size to 20",
+             "好的，已确认使用企业网银渠道", "决定用企业网银渠道", "Done, 20 it is", "the budget is $45,000", "收到"]
+    for _ in range(400):
+        statements = [Statement(rng.choice(["decision", "fact", "done"]), rng.choice(texts),
+                                rng.choice(["user", "assistant"]), rng.randint(1, 3), order) for order in range(12)]
+        expected = [item for item in statements if not (item.role != "user" and _old_echoes_user(item, statements))]
+        assert extractive.drop_echoes(statements) == expected
+        superseded = rng.sample(texts, rng.randint(0, 4))
+        pairs = [(rng.choice(["duration", "amount", "超时", "number"]), rng.choice(["30秒", "45秒", "20", "$45,000", "7"]))
+                 for _ in range(rng.randint(0, 8))]
+        current = [rng.choice(texts)]
+        for language in ("zh", "en"):
+            assert key_numbers.mark_earlier(pairs, superseded, current, language) == _old_mark_earlier(
+                pairs, superseded, current, language)
+
+
+def test_one_long_message_tests_each_value_against_few_superseded_statements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pasted message of 650 settings of the same parameter: a29ecb3 tested every value against every
+    superseded statement (~400,000 regex tests, 20 s); each value now costs a joined search and ~1 test."""
+    calls = 0
+    original = key_numbers.value_present
+
+    def counted(value: str, text: str) -> bool:
+        nonlocal calls
+        calls += 1
+        return original(value, text)
+
+    monkeypatch.setattr(key_numbers, "value_present", counted)
+    rng = random.Random(1)
+    text = "".join(f"把模块{i}的超时设为{rng.randint(1, 999)}秒，订单ORD-{rng.randint(10**7, 10**8)}。" for i in range(650))
+    outcome = compact_turns([Message(role="user", content=text, turn=1)], [], segment_size=6, max_segments=5,
+                            engine="extractive", chat=None, tokenizer=load_tokenizer("cl100k_base"))
+    assert outcome.numbers_in_source > 1000
+    assert calls <= 3 * outcome.numbers_in_source, calls
