@@ -143,11 +143,14 @@ def main() -> None:
     parser.add_argument("--old", default="", help="another checkout whose compaction code is timed too")
     parser.add_argument("--old-timeout", type=float, default=60.0, help="seconds before an old run is cut off")
     args = parser.parse_args()
-    print("messages     bytes   seconds" + ("   old seconds" if args.old else ""))
+    # CPU seconds beside wall seconds: these machines are shared, and a loaded one stretches the wall time.
+    print("messages     bytes   seconds  cpu seconds" + ("   old seconds" if args.old else ""))
     for size in (int(part) for part in args.sizes.split(",")):
         messages = conversation(size)
         chars = sum(len(m.content.encode("utf-8")) for m in messages)
-        line = f"{size:>8}  {chars:>8}  {time_compaction(messages, args.repeat):8.3f}"
+        cpu = time.process_time()
+        wall = time_compaction(messages, args.repeat)
+        line = f"{size:>8}  {chars:>8}  {wall:8.3f}  {(time.process_time() - cpu) / args.repeat:11.3f}"
         if args.old:
             line += f"  {time_old(args.old, size, args.repeat, args.old_timeout):>12}"
         print(line, flush=True)
