@@ -140,7 +140,8 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
         return state, unchanged_response(state, reason, before)
     to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
     to_compact = within_cap(to_compact, options.segment_size, deps.settings)
-    with chat_client(options, deps) as chat, compaction_slot(deps, heavy=chat is None or options.engine == "extractive"):
+    with chat_client(options, deps) as chat, \
+            compaction_slot(deps, heavy=chat is None or options.engine == "extractive"):
         outcome = compact_turns([m for t in to_compact for m in t.messages], state.segments,
                                 segment_size=options.segment_size, max_segments=options.max_segments,
                                 engine=options.engine, chat=chat, tokenizer=tokenizer)
