@@ -11,6 +11,7 @@ from typing import Any
 from common.deps import Deps
 from common.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
+from compaction.limits import WorkSlots
 from providers.embedders import load_embedder
 from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
@@ -76,6 +77,7 @@ class Runtime:
         chat = ChatClient.from_settings(settings)
         runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
                       chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent))
+        runtime.extra["compaction_slots"] = WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
