@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
-from common.errors import LlmBusyError
+from common.errors import BusyError, LlmBusyError
 from common.models import (
     MAX_VERSION,
     Memory,
@@ -21,7 +21,9 @@ from common.models import (
     StrictModel,
     parse_json_object_or_null,
 )
+from common.settings import Settings
 from compaction.engine import CompactionOutcome, compact_turns
+from compaction.limits import check_work, message_chars
 from compaction.render import render_working_summary
 from compaction.segments import Turn, group_turns, split_recent
 from nodes.spec import Description, NodeSpec
@@ -115,6 +117,9 @@ def run(request: CompactRequest, deps: Deps) -> CompactResponse:
     """Compact the given messages, or the session buffer under the session lock."""
     check_llm_options(request, deps)
     if request.messages is not None:
+        # Refused before anything is archived; the session buffer is instead compacted a capped part at a time.
+        check_work(request.messages, max_messages=deps.settings.max_compact_messages,
+                   max_chars=deps.settings.max_compact_chars)
         state = SessionState(buffer=request.messages)
         return compact_state(request, state, deps, persist_archive=request.persist, force=request.force)[1]
     sessions = deps.sessions
@@ -145,6 +150,7 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     if reason not in ("forced", "triggered"):
         return state, unchanged_response(state, reason, before)
     to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
+    to_compact = within_cap(to_compact, options.segment_size, deps.settings)
     try:
         outcome = _compact_with_llm_slot(options, deps, to_compact, state, tokenizer)
     except LlmBusyError:
@@ -162,8 +168,10 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
 
 def _compact_with_llm_slot(options: CompactOptions, deps: Deps, to_compact: list[Turn], state: SessionState,
                            tokenizer: Tokenizer) -> CompactionOutcome:
-    """Run the engines; an LLM call holds one of the server's outbound slots for its whole run."""
-    with chat_client(options, deps) as chat:
+    """Run the engines; an LLM call holds one of the server's outbound slots for its whole run, an extractive
+    one a compaction slot (CPU-bound work)."""
+    with chat_client(options, deps) as chat, \
+            compaction_slot(deps, heavy=chat is None or options.engine == "extractive"):
         return compact_turns([m for t in to_compact for m in t.messages], state.segments,
                              segment_size=options.segment_size, max_segments=options.max_segments,
                              engine=options.engine, chat=chat, tokenizer=tokenizer)
@@ -185,6 +193,40 @@ def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn],
             and verbatim < trigger * PARTIAL_SEGMENT_SHARE):
         return "waiting_for_segment"
     return "triggered"
+
+
+def within_cap(turns: list[Turn], segment_size: int, settings: Settings) -> list[Turn]:
+    """Return the oldest turns one request may compact (ACN_MAX_COMPACT_MESSAGES / _CHARS): all when they fit,
+    else whole segments of them when one fits, else as many turns as fit (at least one); the rest stay verbatim
+    for the next compaction. A session buffer can outgrow one request's work (record_turn with compact off, a
+    large window): compacting it a part at a time keeps every call bounded and the session able to move on."""
+    count = messages = chars = 0
+    for turn in turns:
+        messages += len(turn.messages)
+        chars += message_chars(turn.messages)
+        if messages > settings.max_compact_messages or chars > settings.max_compact_chars:
+            break
+        count += 1
+    if count == len(turns):
+        return turns
+    whole = count - count % max(1, segment_size)
+    return turns[:max(whole or count, 1)]
+
+
+@contextmanager
+def compaction_slot(deps: Deps, *, heavy: bool) -> Iterator[None]:
+    """Hold one of the process's compaction slots for CPU-bound (extractive) work; 503 busy when none frees.
+
+    An LLM compaction mostly waits on the network (the outbound pool bounds it) and takes no slot.
+    """
+    slots = deps.compaction_slots
+    if slots is None or not heavy:
+        yield
+        return
+    with slots.held() as acquired:
+        if not acquired:
+            raise BusyError(f"all {slots.size} compaction slots stayed busy for {slots.wait_seconds:g} s; retry later")
+        yield
 
 
 def whole_segments(old: list[Turn], segment_size: int) -> list[Turn]:
