@@ -19,10 +19,11 @@ from common.models import (
 )
 from compaction.limits import check_work
 from compaction.segments import group_turns
+from compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
 from editing.edit import Edit, EditRules, edit_messages, redact_message
+from memory.archive import archive_turns
 from memory.items import MemoryItem, WriteResult
 from memory.write import extracted_items, write_items
-from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
 from nodes.spec import Description, NodeSpec
 from services.deps import Deps
 from storage.sessions import SessionState
