@@ -125,7 +125,8 @@ _SPEAKER_LINE = re.compile(r'^<([^>]+)>:\s*"?(.*?)"?\s*$', re.DOTALL)
 
 
 def madial_cases(folder: Path, language: str, dialogues: int | None) -> list[Case]:
-    """Return one case per user: the user's memory bank as messages, the dialogues (at most `dialogues`) as questions."""
+    """Return one case per user: the user's memory bank as messages, its dialogues (at most `dialogues`) as
+    questions."""
     base = folder / "madial_bench"
     memories = _jsonl_merged(base / f"MADial-Bench-{language}-memory.json")
     owners = {k: v.get("user-id") for k, v in _jsonl_merged(base / "MADial-Bench-zh-memory.json").items()}
@@ -281,7 +282,8 @@ def evaluate(job: Job) -> tuple[list[Record], float]:
     return records, ingest
 
 
-def evidence_score(query: Query, folded: dict[str, str], context: str, ids: set[str]) -> tuple[float, bool, bool | None]:
+def evidence_score(query: Query, folded: dict[str, str], context: str,
+                   ids: set[str]) -> tuple[float, bool, bool | None]:
     """Return (evidence recall, all evidence in, answer string in) for one context.
 
     A gold message counts when its id is among the context's sources or its text is in the context, both
@@ -296,7 +298,8 @@ def evidence_score(query: Query, folded: dict[str, str], context: str, ids: set[
 
 def run(cases: list[Case], budgets: list[int], ours_embedder: str, dense_embedder: str, folder: Path,
         workers: int) -> tuple[list[Record], dict[str, float]]:
-    """Evaluate every case (largest first, in `workers` spawned processes); return records and ingest seconds per suite."""
+    """Evaluate every case (largest first, in `workers` spawned processes); return the records and the ingest
+    seconds per suite."""
     jobs = [Job(c, budgets, ours_embedder, dense_embedder, folder)
             for c in sorted(cases, key=lambda c: -len(c.lines) * max(1, len(c.queries)))]
     records: list[Record] = []
@@ -383,7 +386,8 @@ def report(records: list[Record], budgets: list[int], ingest: dict[str, float], 
         names = CATEGORY_NAMES.get(suite, {})
         cats = categories(records, suite)
         count = {s: len(select(rows, split=s, system="bm25", budget=budgets[0])) for s in ("dev", "test")}
-        lines += [f"## {suite} (dev {count['dev']} questions, test {count['test']}; ingest {ingest.get(suite, 0):.0f} s)",
+        lines += [f"## {suite} (dev {count['dev']} questions, test {count['test']}; "
+                  f"ingest {ingest.get(suite, 0):.0f} s)",
                   "", "| system | budget | dev | test | all | answer (test) | "
                   + " | ".join(f"test: {c} {names.get(c, '')}".rstrip() for c in cats) + " |",
                   "|---|---|---|---|---|---|" + "---|" * len(cats)]
@@ -431,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours-embedder", default="use", help="ACN_EMBEDDER of ours (none = BM25 only)")
     parser.add_argument("--dense-embedder", default="use", help="registered embedder name of the dense baseline")
     parser.add_argument("--workers", type=int, default=2, help="cases evaluated in parallel processes")
-    parser.add_argument("--data", type=Path, default=None, help="shared data folder (default: ACN_BENCH_DATA, ../shared/data)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="shared data folder (default: ACN_BENCH_DATA, else ../shared/data)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     started = time.perf_counter()

@@ -265,11 +265,16 @@ FACTS: list[Callable[[Builder], tuple[list[str], str, str]]] = [
 
 
 def add_single(b: Builder, noise: bool) -> None:
-    texts, question, answer = b.rng.choice(FACTS)(b)
+    fact = b.rng.choice(FACTS)
+    texts, question, answer = fact(b)
     if noise:
         texts = [_noisy_keep(b.rng, texts[0], answer)]
     number = b.thread(texts)
     b.ask(question, "noisy" if noise else "single", [(number, 0)], answer)
+    # Siblings: the same kind of fact about someone or something else (another birthday, another item put
+    # away), never asked about: the question's topic alone does not find its message, its entity must.
+    for _ in range(b.rng.randint(1, 2)):
+        b.thread(fact(b)[0])
 
 
 def _noisy_keep(rng: random.Random, text: str, keep: str) -> str:
