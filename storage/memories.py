@@ -10,7 +10,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from common.models import Memory, Namespace
 from providers.embedders import Embedder
@@ -426,7 +426,7 @@ class MemoryRepository:
             revision = self._revision
             cached = self._views.get(key)
         if cached is not None and cached[0] == revision:
-            return cached[1]
+            return cast(T, cached[1])
         value = compute()
         with self._cache_lock:
             if len(self._views) >= CACHED_VIEWS:
