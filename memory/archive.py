@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from common.models import Memory, Message, Namespace
-from storage.memories import MemoryRepository, new_memory_id
+from storage.memories import MemoryRepository
+from storage.memory_rows import new_memory_id
 
 # One archived row holds at most this much of a message; longer messages span several rows.
 ARCHIVE_CHUNK_CHARS = 8000

@@ -29,7 +29,7 @@ from common.models import (
 from nodes.spec import Description, NodeSpec
 from retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
 from services.deps import Deps
-from storage.memories import kinds_filter, live_filter, scope_filter
+from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.sessions import SessionState
 from text.lang import Language, detect_language
 from text.numbers import value_present
