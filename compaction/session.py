@@ -46,7 +46,8 @@ class LlmOverrides(StrictModel):
 
 
 class CompactOptions(StrictModel):
-    """When and how to compact (defaults from seed 000 §3.1: trigger at 40%, segments of 5–8 turns)."""
+    """When and how to compact (defaults: trigger at 40% of the window, well before the model degrades; segments of
+    5–8 turns, long enough to hold a task step and short enough to summarise without losing it)."""
 
     context_window: int = Field(default=8000, ge=256, le=2_000_000, description="The model's window, in tokens.")
     trigger_ratio: float = Field(default=0.4, gt=0, le=1, description="Compact when history ≥ ratio × window.")

@@ -88,7 +88,7 @@ class MemoryRepository:
     # -- time ------------------------------------------------------------------------------
 
     def now_ms(self, tenant: str, namespace: Namespace) -> int:
-        """Return UTC epoch ms, strictly increasing within one session (seed 004 §5.3)."""
+        """Return UTC epoch ms, strictly increasing within one session (so "newest" and supersede order are total)."""
         key = (tenant, namespace.agent_id, namespace.session_id)
         with self._clock_lock:
             known = key in self._last_ms
