@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test schemas bench clean browser
+.PHONY: run test schemas bench clean browser redis
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,12 @@ browser:
 	command -v chromium >/dev/null && fc-list :lang=zh | grep -q . || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei)
 
-test: $(VENV)/.installed $(VENV312)/.installed browser
+# The multi-process tests start Debian's redis-server on a free loopback port (no persistence, a temp folder).
+redis:
+	command -v redis-server >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server)
+
+test: $(VENV)/.installed $(VENV312)/.installed browser redis
 	$(PY) -m pytest
 
 schemas: $(VENV)/.installed
