@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test schemas bench clean browser redis
+.PHONY: run test test-engine schemas bench clean browser redis
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,11 +38,30 @@ redis:
 	command -v redis-server >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server)
 
+# The store and node tests again on the C++ Milvus Lite 2.5.1 (embedded, the closest engine to a Milvus 2.5 server
+# that runs here), in its own environment, with the in-process index off (TEST_ENGINE, tests/conftest.py).
+VENV_ENGINE ?= .venv-engine
+PY_ENGINE := $(VENV_ENGINE)/bin/python
+ENGINE_TESTS ?= tests/test_store.py tests/test_sessions.py tests/test_memory_nodes.py tests/test_admin.py \
+	tests/test_assemble.py tests/test_retrieval_hybrid.py tests/test_read_caches.py tests/test_compact_node.py \
+	tests/test_recall_packing.py tests/test_errors.py
+
+$(VENV_ENGINE)/.installed: tests/engine-requirements.txt
+	$(PYTHON) -m venv $(VENV_ENGINE)
+	printf '*\n' > $(VENV_ENGINE)/.gitignore
+	$(PY_ENGINE) -m pip install --quiet -r tests/engine-requirements.txt
+	touch $@
+
+test-engine: $(VENV_ENGINE)/.installed redis
+	TEST_ENGINE=cpp-lite $(PY_ENGINE) -m pytest -p no:cacheprovider \
+		-W "ignore:pkg_resources is deprecated:UserWarning" $(ENGINE_TESTS)
+
 test: $(VENV)/.installed $(VENV312)/.installed browser redis
 	$(PY) -m pytest
+	$(MAKE) test-engine
 
 schemas: $(VENV)/.installed
 	$(PY) -m common.openapi
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache
+	rm -rf $(VENV) $(VENV312) $(VENV_ENGINE) .pytest_cache
