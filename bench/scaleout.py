@@ -163,7 +163,8 @@ def main() -> None:
                   "turns each.", f"One lease cycle alone (take + fencing check + release, 1,000 cycles): "
                   f"p50 {cost['p50']:.2f} ms, p95 {cost['p95']:.2f} ms.", ""]
         lines += ["## Throughput and correctness, 12 clients, record_turn only", "",
-                  "| replicas | lease | sessions | acknowledged | errors | lost | turns/s |", "|---|---|---|---|---|---|---|"]
+                  "| replicas | lease | sessions | acknowledged | errors | lost | turns/s |",
+                  "|---|---|---|---|---|---|---|"]
         env = {"ACN_REDIS_URL": redis.url}
         for count, lease, shared in ((1, True, False), (3, True, False), (3, True, True), (3, False, True)):
             with replicas(milvus, count, **(env if lease else {})) as servers:
