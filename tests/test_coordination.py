@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -9,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from common.errors import CoordinationUnavailableError, LeaseLostError, SessionBusyError
-from storage.coordination import RedisCoordinator
+from common.settings import Settings
+from storage.coordination import RedisCoordinator, open_coordinator
 from tests.redis_support import RedisServer, redis_server
 
 
@@ -92,3 +94,20 @@ def test_redis_down_is_503_and_recovers_without_a_new_client(tmp_path_factory: p
             owner.check(lease)
     finally:
         server.stop()
+
+
+def test_without_redis_a_server_uri_start_says_it_must_be_the_only_writer(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="acn.coordination"):
+        assert open_coordinator(Settings(milvus_uri="http://127.0.0.1:19530")) is None
+    assert any("must be the only one writing" in record.getMessage() for record in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="acn.coordination"):
+        assert open_coordinator(Settings(milvus_uri="./data/memory.db")) is None  # Lite: one process per file
+    assert caplog.records == []
+
+
+def test_with_redis_the_settings_reach_the_coordinator(redis: RedisServer) -> None:
+    opened = open_coordinator(Settings(milvus_uri="http://127.0.0.1:19530", redis_url=redis.url,
+                                       redis_lease_ms=1234, redis_lock_wait_seconds=2.5))
+    assert opened is not None and (opened.lease_ms, opened.wait_seconds) == (1234, 2.5) and opened.ping()
+    opened.close()
