@@ -52,7 +52,7 @@ $(VENV_ENGINE)/.installed: tests/engine-requirements.txt
 	$(PY_ENGINE) -m pip install --quiet -r tests/engine-requirements.txt
 	touch $@
 
-test-engine: $(VENV_ENGINE)/.installed redis
+test-engine: $(VENV_ENGINE)/.installed
 	TEST_ENGINE=cpp-lite $(PY_ENGINE) -m pytest -p no:cacheprovider \
 		-W "ignore:pkg_resources is deprecated:UserWarning" $(ENGINE_TESTS)
 

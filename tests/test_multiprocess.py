@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,10 @@ def cluster(lite_server: str) -> Iterator[Cluster]:
     with redis_server() as redis, replicas(lite_server, 3, ACN_REDIS_URL=redis.url, ACN_REDIS_LEASE_MS=LEASE_MS,
                                            ACN_REDIS_LOCK_WAIT_SECONDS="20") as servers:
         yield Cluster(lite_server, redis, servers)
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def turn_body(agent: str, session: str, text: str) -> dict[str, Any]:
@@ -120,7 +125,7 @@ def assert_exactly_once(storm: Storm, url: str) -> int:
 
 
 def test_twelve_clients_over_three_replicas_lose_nothing(cluster: Cluster) -> None:
-    storm = Storm(agent="storm", urls=[url for url, _ in cluster.servers])
+    storm = Storm(agent=unique("storm"), urls=[url for url, _ in cluster.servers])
     storm.run()
     assert storm.failures == Counter()
     assert sum(len(texts) for texts in storm.acked.values()) == CLIENTS * TURNS
@@ -129,17 +134,18 @@ def test_twelve_clients_over_three_replicas_lose_nothing(cluster: Cluster) -> No
 
 def test_redis_stopped_mid_run_answers_503_then_recovers(cluster: Cluster) -> None:
     url = cluster.servers[0][0]
-    body = turn_body("outage", "s", "before the outage")
+    agent = unique("outage")
+    body = turn_body(agent, "s", "before the outage")
     assert requests.post(f"{url}/v1/nodes/record_turn", json=body, timeout=30).status_code == 200
     cluster.redis.stop()
     try:
         for base, _ in cluster.servers:
-            refused = requests.post(f"{base}/v1/nodes/record_turn", json=turn_body("outage", "s", "during"),
+            refused = requests.post(f"{base}/v1/nodes/record_turn", json=turn_body(agent, "s", "during"),
                                     timeout=30)
             assert refused.status_code == 503, refused.text
             assert refused.json()["code"] == "coordination_unavailable" and refused.headers["Retry-After"]
         # Reads need no lease: they still answer, and nothing was written without one.
-        texts, versions, latest = stored(url, "outage", "s")
+        texts, versions, latest = stored(url, agent, "s")
         assert (texts, versions, latest) == (["before the outage"], [1], 1)
     finally:
         cluster.redis.start()  # same port, empty: no restart of the replicas
@@ -147,13 +153,13 @@ def test_redis_stopped_mid_run_answers_503_then_recovers(cluster: Cluster) -> No
     answers = []
     for base, _ in cluster.servers:
         while True:
-            answer = requests.post(f"{base}/v1/nodes/record_turn", json=turn_body("outage", "s", f"after {base}"),
+            answer = requests.post(f"{base}/v1/nodes/record_turn", json=turn_body(agent, "s", f"after {base}"),
                                    timeout=30)
             answers.append(answer.status_code)
             if answer.status_code == 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-    texts, versions, latest = stored(url, "outage", "s")
+    texts, versions, latest = stored(url, agent, "s")
     assert latest == 4 and versions == [1, 2, 3, 4], answers
     assert texts == ["before the outage", *(f"after {base}" for base, _ in cluster.servers)]
 
@@ -165,7 +171,7 @@ def test_sigkill_of_a_replica_mid_storm_loses_no_acknowledged_turn(cluster: Clus
                            ACN_REDIS_LOCK_WAIT_SECONDS="20")
     try:
         wait_for_port(port, timeout=90, process=victim)
-        storm = Storm(agent="killed", urls=[f"http://127.0.0.1:{port}", *(url for url, _ in cluster.servers)])
+        storm = Storm(agent=unique("killed"), urls=[f"http://127.0.0.1:{port}", *(url for url, _ in cluster.servers)])
 
         def kill_when_busy() -> None:
             deadline = time.monotonic() + 120
@@ -196,13 +202,14 @@ def test_a_replica_paused_past_its_lease_cannot_commit_late(cluster: Cluster, fa
                            ACN_LLM_BASE_URL=fake_llm.base_url, ACN_LLM_TIMEOUT_SECONDS="30",
                            ACN_LLM_RETRIES="0")
     other = cluster.servers[0][0]
-    ns = {"agent_id": "paused", "session_id": "s"}
+    agent = unique("paused")
+    ns = {"agent_id": agent, "session_id": "s"}
     try:
         wait_for_port(port, timeout=90, process=paused)
         for index in range(3):
             text = f"turn {index} " + "the transfer timeout is 30 seconds. " * 5
             assert requests.post(f"{other}/v1/nodes/record_turn", timeout=30,
-                                 json=turn_body("paused", "s", text)).status_code == 200
+                                 json=turn_body(agent, "s", text)).status_code == 200
         late: dict[str, Any] = {}
 
         def compact() -> None:
@@ -220,13 +227,13 @@ def test_a_replica_paused_past_its_lease_cannot_commit_late(cluster: Cluster, fa
         try:
             time.sleep(2.0)  # twice the lease
             moved = requests.post(f"{other}/v1/nodes/record_turn", timeout=30,
-                                  json=turn_body("paused", "s", "written while the other replica was paused"))
+                                  json=turn_body(agent, "s", "written while the other replica was paused"))
             assert moved.status_code == 200 and moved.json()["version"] == 4
         finally:
             os.kill(paused.pid, signal.SIGCONT)
         waiter.join(timeout=60)
         assert late["status"] == 409 and late["body"]["code"] == "lease_lost", late
-        texts, versions, latest = stored(other, "paused", "s")
+        texts, versions, latest = stored(other, agent, "s")
         assert latest == 4 and versions == [1, 2, 3, 4]
         assert texts[-1] == "written while the other replica was paused"
     finally:
