@@ -89,6 +89,14 @@ PARAMETER_LABELS = {
 }
 # Outputs that are message lists also come as one JSON string, ready for the next node's `messages` input.
 JSON_TWINS = ("messages", "recent_messages")
+# Every Dify tool node has the built-in outputs text, files and json; an output_schema property of the same name
+# is refused by plugin daemons before 0.3.0 (Dify < 1.9: "Field validation for 'OutputSchema' failed on the
+# 'json_schema' tag", dify#16150) and would shadow the built-in one after. memory_retrieve's `text` reaches the
+# workflow as the built-in `text` output (integrations/dify_plugin/acn_client.py sends it as the text message).
+RESERVED_OUTPUTS = frozenset({"text", "files", "json"})
+# The oldest Dify release claimed: its plugin daemon (0.3.0) is the first whose output-schema rules were read
+# from source and found to accept these declarations; older ones are not claimed (not checked against the SDK).
+MINIMUM_DIFY_VERSION = "1.9.0"
 
 
 def tool_nodes(nodes: dict[str, NodeSpec]) -> list[NodeSpec]:
@@ -131,7 +139,7 @@ def plugin_manifest() -> dict[str, Any]:
         "plugins": {"tools": [f"provider/{PLUGIN_NAME}.yaml"]},
         "meta": {"version": "0.0.1", "arch": ["amd64", "arm64"],
                  "runner": {"language": "python", "version": "3.12", "entrypoint": "main"},
-                 "minimum_dify_version": "1.0.0"},
+                 "minimum_dify_version": MINIMUM_DIFY_VERSION},
         "created_at": CREATED_AT,
         "privacy": "PRIVACY.md",
         "tags": ["agent", "productivity", "utilities"],
@@ -229,7 +237,7 @@ def output_schema(spec: NodeSpec) -> dict[str, Any]:
     defs = schema.get("$defs", {})
     properties: dict[str, Any] = {}
     for name, prop in schema["properties"].items():
-        if name == "ok":
+        if name == "ok" or name in RESERVED_OUTPUTS:
             continue
         inner = _non_null(prop, defs)
         kind = inner.get("type", "object")

@@ -28,6 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
 
 
+def missing_prerequisite(message: str) -> None:
+    """Stop a test whose prerequisite (Python 3.12, Chromium) is missing: a failure under CI=true, where every
+    test must run, else a skip whose reason `pytest -ra` prints in the summary."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (CI=true: required)")
+    pytest.skip(f"SKIPPED, prerequisite missing: {message}")
+
+
 def free_port() -> int:
     """Return a free TCP port on loopback."""
     with socket.socket() as sock:

@@ -59,15 +59,19 @@ def test_each_store_has_its_own_channel_and_closing_one_leaves_the_other(lite_se
 
 
 @pytest.mark.slow
-def test_a_connection_idle_for_40_seconds_is_not_sent_away(lite_server: str) -> None:
-    # With pymilvus's defaults the channel receives GOAWAY too_many_pings at ~40 s and drops to IDLE.
+def test_a_connection_idle_for_a_minute_is_not_sent_away(lite_server: str) -> None:
+    # With pymilvus's defaults the channel receives GOAWAY too_many_pings after ~40-45 s and drops to IDLE.
     store = MilvusStore(lite_server).open()
     try:
         store._call(lambda client: client.list_collections())
         states = channel_states(store)
-        time.sleep(45)
+        time.sleep(60)
+        # The GOAWAY comes with the first call after the quiet spell (the client's overdue ping goes out with
+        # it: the third strike): that call, or the next, met a closing connection.
+        for _ in range(3):
+            assert isinstance(store._call(lambda client: client.list_collections()), list)
+        time.sleep(2)
         assert [s for s in states if s != grpc.ChannelConnectivity.READY] == [], states
-        assert isinstance(store._call(lambda client: client.list_collections()), list)
     finally:
         store.close()
 
