@@ -188,7 +188,9 @@ def validate(model: type[pydantic.BaseModel], data: Any) -> Any:
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as error:
-        errors = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()]
+        # Without the input: a message (or a log line) must never echo the caller's data back.
+        errors = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+                  for e in error.errors(include_input=False, include_url=False)]
         raise ValidationError("; ".join(errors), errors) from None
 
 

@@ -11,13 +11,14 @@ messages that match the input. Then:
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import replace
 from typing import get_args
 
 from common.deps import Deps
-from common.models import Memory, MemoryKind, Message, Namespace
-from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank
+from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
+from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
 from storage.memories import MemoryRepository
 from text.pleasantries import is_pleasantry
 from text.query import resolve_back_reference
@@ -40,6 +41,7 @@ NEIGHBOUR_SPAN = 2
 NEIGHBOUR_DECAY = 0.8
 REPLY_DECAY = 0.95
 _QUESTION = re.compile(r"[?？]|[吗呢么][。!！~～]*$")
+log = logging.getLogger("acn.assembly")
 
 
 def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,
@@ -95,8 +97,11 @@ def turn_pool(max_tokens: int) -> int:
 def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKind] | None,
            top_k: int) -> list[Ranked]:
     """Return the top_k memories for the query, scored exactly as memory_retrieve does."""
+    if top_k <= 0:  # nothing asked for (top_k and archive_top_k both 0): the retrieve model would refuse top_k=0
+        return []
     request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
-                                    user_id=namespace.user_id, query=query, kinds=kinds, top_k=min(top_k, 50))
+                                    user_id=namespace.user_id, query=retrieval_query(query), kinds=kinds,
+                                    top_k=min(top_k, 50))
     # Distinct: the layer shows a text once anyway, so copies (a question asked again, a repeated tool line)
     # would only take the pool's places from other candidates and their neighbours.
     return rank(request, deps, pool=min(max(top_k, MIN_POOL), MAX_POOL), distinct=True)[:top_k]
@@ -132,7 +137,7 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps) -> lis
     wanted = sorted({h.memory.turn_range[0] + step for h in best if h.memory.turn_range  # turns around each hit
                      for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)})
     memories: MemoryRepository = deps.providers["memories"]
-    around = sorted(memories.archived_messages(deps.tenant, namespace, wanted), key=message_order)
+    around = sorted(readable(memories.archived_messages(deps.tenant, namespace, wanted)), key=message_order)
     position = {m.id: i for i, m in enumerate(around)}
     found = {h.memory.id: h for h in hits}
     for hit in best:
@@ -154,6 +159,30 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps) -> lis
 
 
 def message_order(memory: Memory) -> tuple[int, int, int]:
-    """Return where an archived message sits in the conversation: turn, message index, part."""
+    """Return where an archived message sits in the conversation: turn, message index, part.
+
+    Never raises: a position the row does not hold as an integer counts as 0 (see unreadable_reason).
+    """
     meta = memory.meta
-    return ((memory.turn_range or [0])[0], int(meta.get("message_index", 0)), int(meta.get("part", 0)))
+    return ((memory.turn_range or [0])[0], meta_int(meta, "message_index") or 0, meta_int(meta, "part") or 0)
+
+
+def unreadable_reason(memory: Memory) -> str | None:
+    """Return why a stored archived message cannot be placed in the conversation, or None when it can.
+
+    Requests cannot store such a row any more (422), but rows written before that check, or by other means,
+    may hold one: readers skip them instead of failing the whole session.
+    """
+    return reserved_meta_error(memory.meta) if memory.kind == "turn" else None
+
+
+def readable(memories: list[Memory]) -> list[Memory]:
+    """Return the memories whose stored position can be read; the others are logged and skipped."""
+    kept = []
+    for memory in memories:
+        reason = unreadable_reason(memory)
+        if reason is None:
+            kept.append(memory)
+        else:
+            log.warning("skipping stored row %s: %s", memory.id, reason)
+    return kept

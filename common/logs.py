@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -22,7 +23,39 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return _redact(json.dumps(entry, ensure_ascii=False, default=str))
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = record.stack_info
+        # Each value is cleaned before encoding, where a pydantic input echo is still one line of text, and the
+        # encoded line is masked once more (the masks read JSON escapes and never break the JSON).
+        cleaned = {key: _clean(value) for key, value in entry.items()}
+        return _redact(json.dumps(cleaned, ensure_ascii=False, default=str))
+
+
+# pydantic renders each error as "[type=…, input_value=<repr of the input>, input_type=…]" and, in errors()
+# dicts, as "'input': <value>": the input is the caller's data, so it never reaches a log line.
+_INPUT_VALUE = re.compile(r",? ?input_value=.*(?=, input_type=)|,? ?input_value=.*$", re.MULTILINE)
+_INPUT_KEY = re.compile(r"""(['"])input\1: (?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,}\]]*)""")
+
+
+def _strip_inputs(text: str) -> str:
+    """Drop pydantic's echo of the input from an error text."""
+    text = _INPUT_VALUE.sub("", text) if "input_value=" in text else text
+    return _INPUT_KEY.sub(r"\1input\1: <hidden>", text) if "input" in text else text
+
+
+def _clean(value: Any) -> Any:
+    """Return a log value with pydantic input echoes dropped and personal data masked (containers kept)."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    if isinstance(value, dict):
+        hidden = "input" in value and "loc" in value  # a pydantic errors() entry
+        return {_clean(str(key)): "<hidden>" if hidden and key == "input" else _clean(item)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(item) for item in value]
+    return _redact(_strip_inputs(value if isinstance(value, str) else str(value)))
 
 
 def _redact(line: str) -> str:

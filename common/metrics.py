@@ -13,6 +13,13 @@ from pydantic import BaseModel
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SHARE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+# What assemble leaves out to keep its output readable and valid (the `reason` of a `dropped` entry starts with
+# one of these); each is counted in acn_assemble_repairs.
+UNREADABLE_ROW = "stored row cannot be read"
+ORPHAN_TOOL_MESSAGE = "tool message without its call"
+UNANSWERED_TOOL_CALL = "tool call without its result"
+REPAIRS = {UNREADABLE_ROW: "unreadable_row", ORPHAN_TOOL_MESSAGE: "orphan_tool_message",
+           UNANSWERED_TOOL_CALL: "unanswered_tool_call"}
 
 
 class Metrics:
@@ -34,6 +41,9 @@ class Metrics:
         self.retrieval_hit_rate = Histogram(
             "acn_retrieval_hit_rate", "Share of retrieved memories that made it into an assembled context.",
             buckets=SHARE_BUCKETS, registry=self.registry)
+        self.assemble_repairs = Counter(
+            "acn_assemble_repairs", "What assemble left out to stay readable and valid: unreadable stored rows, "
+            "tool messages without their call, tool calls without their result.", ["what"], registry=self.registry)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """Count one request and its latency."""
@@ -56,6 +66,10 @@ class Metrics:
             dropped = sum(1 for d in getattr(result, "dropped", []) if d.layer == "memory")
             if kept + dropped:
                 self.retrieval_hit_rate.observe(kept / (kept + dropped))
+            for entry in getattr(result, "dropped", []):
+                what = next((label for prefix, label in REPAIRS.items() if entry.reason.startswith(prefix)), None)
+                if what is not None:
+                    self.assemble_repairs.labels(what=what).inc()
             for present in (getattr(result, "probes", None) or {}).values():
                 self.amnesia_probes.labels(result="kept" if present else "forgotten").inc()
 

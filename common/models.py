@@ -67,7 +67,40 @@ def parse_json_string(value: Any) -> Any:
     return value
 
 
+# Meta fields the server itself reads back as integers (where an archived message sits: message index, piece of a
+# long message, number of pieces). A caller may set them, but only to what they mean: a non-negative integer.
+RESERVED_INT_META = ("message_index", "part", "parts")
+
+
+def reserved_meta_error(meta: dict[str, Any]) -> str | None:
+    """Return what is wrong with meta's reserved fields ("meta.part must be ..."), or None when they are usable."""
+    for field in RESERVED_INT_META:
+        if field in meta:
+            value = meta[field]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+                return f"meta.{field} must be a non-negative integer (the server reads it), got {type(value).__name__}"
+    return None
+
+
+def check_meta(value: dict[str, Any]) -> dict[str, Any]:
+    """Return the meta object if the store can keep it and the server can read its reserved fields back."""
+    value = check_json_value(value)
+    problem = reserved_meta_error(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def meta_int(meta: dict[str, Any], field: str) -> int | None:
+    """Return a reserved integer meta field (0 when absent), or None when a stored row holds something else."""
+    value = meta.get(field, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 SafeJsonObject = Annotated[dict[str, Any], AfterValidator(check_json_value)]
+# Caller meta of a memory to write: storable, and its reserved fields usable (see RESERVED_INT_META); a message's
+# meta is checked by MessageItem.
+MetaObject = Annotated[dict[str, Any], AfterValidator(check_meta)]
 TurnNumber = Annotated[int, Field(ge=0, le=MAX_TURN)]
 
 
@@ -98,8 +131,8 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [part.get("text", "") for part in content if isinstance(part, dict)]
-        return "\n".join(p for p in parts if isinstance(p, str))
+        parts = [part.get("text") for part in content if isinstance(part, dict)]
+        return "\n".join(p for p in parts if isinstance(p, str) and p)  # image parts carry no text
     return str(content)
 
 
@@ -118,17 +151,44 @@ class Message(StrictModel):
     tool_call_id: str | None = Field(default=None, description="For role=tool: the id of the call answered.")
     turn: int | None = Field(default=None, ge=0, le=MAX_TURN,
                              description="Turn number; filled in by the server when absent.")
-    meta: SafeJsonObject = Field(default_factory=dict, description="Caller provenance, carried through untouched.")
+    meta: SafeJsonObject = Field(default_factory=dict, description="Caller provenance, carried through untouched "
+                                 "(message_index, part and parts, when given, must be non-negative integers).")
 
 
 def _normalise_content(value: Any) -> Any:
-    """Turn content-part lists and null content (assistant tool calls) into plain text."""
-    if isinstance(value, dict) and "content" in value and not isinstance(value["content"], str):
-        value = {**value, "content": message_text(value["content"])}
-    return value
+    """Turn content-part lists and null content (assistant tool calls) into plain text; refuse other content.
+
+    What the OpenAI chat shape allows: a string; a list of content parts (objects: text parts are joined, others
+    such as images carry no text here); null only on an assistant message that carries tool_calls. A number,
+    an object or a null anywhere else is a caller's mistake and is refused (422), not stored as its repr.
+    """
+    if not isinstance(value, dict) or "content" not in value or isinstance(value["content"], str):
+        return value
+    content = value["content"]
+    if content is None:
+        if value.get("role") == "assistant" and value.get("tool_calls"):
+            return {**value, "content": ""}
+        raise ValueError("content may be null only on an assistant message with tool_calls; send a string")
+    if isinstance(content, list):
+        if not all(isinstance(part, dict) for part in content):
+            raise ValueError("content must be a string or a list of content-part objects ({type, text})")
+        return {**value, "content": message_text(content)}
+    raise ValueError(f"content must be a string or a list of content parts, not {type(content).__name__}")
 
 
-MessageItem = Annotated[Message, BeforeValidator(_normalise_content)]
+def _check_message_meta(message: Message) -> Message:
+    """Refuse a request's message whose reserved meta fields the server could not read back (see check_meta).
+
+    Checked on messages that come in (MessageItem), not on the Message model itself: session snapshots stored
+    before the check must still load.
+    """
+    problem = reserved_meta_error(message.meta)
+    if problem:
+        raise ValueError(problem)
+    return message
+
+
+MessageItem = Annotated[Message, BeforeValidator(_normalise_content), AfterValidator(_check_message_meta)]
 MessageList = Annotated[
     list[MessageItem],
     BeforeValidator(parse_json_string),

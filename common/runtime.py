@@ -11,12 +11,14 @@ from typing import Any
 from common.deps import Deps
 from common.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
+from compaction.limits import WorkSlots
 from providers.embedders import load_embedder
 from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore, open_store
+from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.tokens import Tokenizer, load_tokenizer
 
@@ -61,7 +63,8 @@ class Runtime:
         try:
             embedder = load_embedder(settings.embedder, cache)
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
-                                        index_rows=settings.local_index_rows)
+                                        index_rows=settings.local_index_rows,
+                                        sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None)
             memories.open()
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,
@@ -75,6 +78,7 @@ class Runtime:
         chat = ChatClient.from_settings(settings)
         runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
                       chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent))
+        runtime.extra["compaction_slots"] = WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 

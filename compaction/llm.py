@@ -152,7 +152,7 @@ def parse_summary(reply: dict[str, Any]) -> LlmSummary:
         return LlmSummary.model_validate(reply)
     except PydanticValidationError as error:
         # Top-level field names only: a deeper location could carry a key the LLM chose.
-        fields = sorted({str(item["loc"][0]) for item in error.errors()
+        fields = sorted({str(item["loc"][0]) for item in error.errors(include_input=False, include_url=False)
                          if item["loc"] and str(item["loc"][0]) in LlmSummary.model_fields} or {"(root)"})
         raise ProviderError(f"LLM reply does not match the summary schema ({', '.join(fields)})") from None
 

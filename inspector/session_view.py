@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from assembly.recall import readable
 from common.deps import Deps
-from common.models import Memory, Namespace, Segment
+from common.models import Memory, Namespace, Segment, meta_int
 from nodes.memory_admin import PAGE_LIMIT, MemoryListRequest, list_memories
 from nodes.sessions import (
     SessionStateRequest,
@@ -137,12 +138,14 @@ def turn_views(state: SessionStateResponse, memories: list[Memory]) -> list[Turn
 def archived_messages(rows: list[Memory]) -> dict[int, list[ArchivedMessage]]:
     """Return each turn's messages from its `turn` rows, long messages' pieces joined in order."""
     pieces: dict[tuple[int, int], list[Memory]] = defaultdict(list)
-    for row in rows:
+    # A row whose stored position is not an integer (written before requests were checked) is logged and left
+    # out: the page shows the rest of the session instead of a 500.
+    for row in readable(rows):
         number = row.turn_range[0] if row.turn_range else 0
-        pieces[(number, int(row.meta.get("message_index", 0)))].append(row)
+        pieces[(number, meta_int(row.meta, "message_index") or 0)].append(row)
     turns: dict[int, list[ArchivedMessage]] = defaultdict(list)
     for (number, _index), parts in sorted(pieces.items()):
-        parts.sort(key=lambda row: int(row.meta.get("part", 0)))
+        parts.sort(key=lambda row: meta_int(row.meta, "part") or 0)
         meta = parts[0].meta
         turns[number].append(ArchivedMessage(role=str(meta.get("role", "")),
                                              content="".join(p.content for p in parts),

@@ -8,6 +8,7 @@ sign-in pages and refuses any state-changing /ui request without the page's CSRF
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,9 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
 
 
+VERSION_ARG = re.compile(r"[0-9]{1,9}")
+
+
 def create_blueprint() -> Blueprint:
     """Return the inspector blueprint (mounted at /ui)."""
     blueprint = Blueprint("inspector", __name__, url_prefix="/ui", template_folder="templates",
@@ -82,13 +86,15 @@ def namespace(agent_id: str, session_id: str) -> Namespace:
     try:
         return Namespace(agent_id=agent_id, session_id=session_id)
     except pydantic.ValidationError as error:
-        errors = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()]
+        errors = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                  for e in error.errors(include_input=False, include_url=False)]
         raise ValidationError("; ".join(errors), errors) from None
 
 
 def version_arg(name: str) -> int:
+    """Read a version number from the query string; only ASCII digits, at most nine ("²".isdigit() is True)."""
     value = request.args.get(name, "")
-    if not value.isdigit() or int(value) < 1:
+    if not VERSION_ARG.fullmatch(value) or int(value) < 1:
         raise ValidationError(f"{name}: a version number (1 or more) is required", [f"{name}: invalid"])
     return int(value)
 

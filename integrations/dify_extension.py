@@ -22,7 +22,7 @@ from common.errors import BadRequestError, ValidationError
 from common.json_body import read_json_body
 from common.models import IDENTIFIER_PATTERN
 from common.runtime import Runtime
-from nodes.memory_retrieve import MemoryRetrieveRequest
+from nodes.memory_retrieve import MemoryRetrieveRequest, retrieval_query
 from nodes.memory_retrieve import run as retrieve
 
 ROUTE = "/v1/dify/extension"
@@ -63,7 +63,7 @@ def external_data(params: dict[str, Any], runtime: Runtime, tenant: str) -> str:
         return ""
     retrieval = MemoryRetrieveRequest(agent_id=identifier(str(params.get("app_id") or "")) or "dify-app",
                                       session_id=session or NO_SESSION, user_id=user or None,
-                                      query=query, scopes=scopes)
+                                      query=retrieval_query(query), scopes=scopes)
     return retrieve(retrieval, runtime.deps(tenant)).text
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Annotated, Any, Literal
 
@@ -11,9 +12,10 @@ from assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, lay
 from assembly.current import current_memories, current_segments, stale_values
 from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, text_layer_cost
 from assembly.layers import memory_items, note_items, segment_items, turn_items
-from assembly.recall import focused_memories, relative_floor, turn_pool
+from assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
 from common.deps import Deps
 from common.errors import ValidationError
+from common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
 from common.models import (
     Language,
     Memory,
@@ -26,7 +28,7 @@ from common.models import (
     parse_json_object_or_null,
     parse_json_string,
 )
-from nodes.memory_retrieve import MemoryRetrieveRequest, rank
+from nodes.memory_retrieve import MemoryRetrieveRequest, rank, retrieval_query
 from nodes.spec import Description, NodeSpec
 from storage.memories import kinds_filter, live_filter, scope_filter
 from storage.sessions import SessionRepository, SessionState
@@ -40,6 +42,7 @@ _PLANNING = re.compile(r"计划|规划|方案|步骤|总结|回顾|进度|整体
                        re.IGNORECASE)
 STATE_KINDS = ["identity", "constraint", "preference", "decision"]
 LAYERS = ("system", "memory", "working", "history", "user_input")
+log = logging.getLogger("acn.assemble")
 
 
 class AssembleRequest(Namespace):
@@ -180,13 +183,32 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
              if item.source}
     found = [m for m in memory_candidates(request, deps, mode, history, shown)
              if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown)]
+    found, unreadable = readable_candidates(found)
     served, stale_memories = current_memories(found, stale)
     memory = memory_items(served, language) if request.memories is None else note_items(request.memories, language,
                                                                                           kind="memory")
     memory += note_items(request.knowledge or [], language, kind="knowledge")
     withheld = [Dropped(layer="memory", id=m.id, kind=m.kind, reason="states a value superseded later",
                         tokens=deps.tokenizer.count(m.content)) for m in stale_memories]
-    return {"memory": memory, "working": working, "history": recent}, withheld
+    return {"memory": memory, "working": working, "history": recent}, unreadable + withheld
+
+
+def readable_candidates(found: list[Memory]) -> tuple[list[Memory], list[Dropped]]:
+    """Split stored candidates into those the layer can show and those it cannot read (listed in `dropped`).
+
+    A row whose reserved meta is not what the server wrote (see common.models.RESERVED_INT_META) is skipped,
+    logged and counted, never a 500 for the whole session.
+    """
+    kept, unreadable = [], []
+    for memory in found:
+        why = unreadable_reason(memory)
+        if why is None:
+            kept.append(memory)
+            continue
+        log.warning("assemble skips stored row %s: %s", memory.id, why)
+        unreadable.append(Dropped(layer="memory", id=memory.id, kind=memory.kind,
+                                  reason=f"{UNREADABLE_ROW}: {why}", tokens=0))
+    return kept, unreadable
 
 
 def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: list[Message],
@@ -216,7 +238,8 @@ def standing_memories(request: AssembleRequest, deps: Deps) -> list[Memory]:
 def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | None, top_k: int) -> list[Memory]:
     """Return memories ranked for the user input (scored exactly as memory_retrieve does)."""
     query = MemoryRetrieveRequest(agent_id=request.agent_id, session_id=request.session_id,
-                                  user_id=request.user_id, query=request.user_input, kinds=kinds, top_k=top_k)
+                                  user_id=request.user_id, query=retrieval_query(request.user_input), kinds=kinds,
+                                  top_k=top_k)
     return [r.memory for r in rank(query, deps)[:top_k]]
 
 
@@ -266,7 +289,7 @@ def build_response(request: AssembleRequest, mode: str, system_messages: list[Me
     memory_text = "\n".join(layer_lines(fitted["memory"].items))
     working_lines = [item.chosen for item in fitted["working"].items]
     working_text = "\n".join(working_lines)
-    history = [m for item in fitted["history"].items for m in item.messages]
+    history, repaired = paired_tool_messages([m for item in fitted["history"].items for m in item.messages], deps)
     layer_messages = {
         "system": system_messages,
         "memory": [Message(role="system", content=memory_text)] if memory_text else [],
@@ -285,9 +308,57 @@ def build_response(request: AssembleRequest, mode: str, system_messages: list[Me
         mode=mode, messages=[strip_meta(m) for m in messages], system_text=system_text, memory_text=memory_text,
         working_text=working_text, history_text=history_text, prompt=prompt,
         tokens=Tokens(total=sum(by_layer.values()), budget=request.max_tokens, by_layer=by_layer),
-        dropped=withheld + dropped_list(fitted), sources=sources_list(fitted),
+        dropped=withheld + dropped_list(fitted) + repaired, sources=sources_list(fitted),
         probes={fact: value_present(fact, prompt) for fact in request.probes},
     )
+
+
+def paired_tool_messages(messages: list[Message], deps: Deps) -> tuple[list[Message], list[Dropped]]:
+    """Return the history as a valid chat message list, and what was removed to make it one (for `dropped`).
+
+    OpenAI-style APIs reject a `tool` message that does not answer a call of the assistant message right before
+    its run of tool messages, and an assistant `tool_calls` entry left unanswered. A session can hold both (a
+    tool message recorded without its call, a result dropped by an edit rule): the orphan tool message is left
+    out, the unanswered call is taken off its assistant message (the message goes too when nothing else is left).
+    """
+    kept: list[Message] = []
+    dropped: list[Dropped] = []
+    open_calls: set[str] = set()  # ids the current run of tool messages may still answer
+    for index, message in enumerate(messages):
+        turn = f"turn-{message.turn}" if message.turn is not None else f"message-{index}"
+        if message.role == "tool":
+            if message.tool_call_id is not None and message.tool_call_id in open_calls:
+                open_calls.discard(message.tool_call_id)
+                kept.append(message)
+            else:
+                dropped.append(Dropped(layer="history", id=turn, kind="tool", reason=ORPHAN_TOOL_MESSAGE,
+                                       tokens=deps.tokenizer.count_message(message)))
+            continue
+        open_calls = set()
+        if message.role == "assistant" and message.tool_calls:
+            answered = answered_ids(messages, index)
+            calls = [c for c in message.tool_calls if isinstance(c.get("id"), str) and c["id"] in answered]
+            for _call in range(len(message.tool_calls) - len(calls)):
+                dropped.append(Dropped(layer="history", id=turn, kind="tool_call", reason=UNANSWERED_TOOL_CALL,
+                                       tokens=0))
+            open_calls = {c["id"] for c in calls}
+            if len(calls) != len(message.tool_calls):
+                message = message.model_copy(update={"tool_calls": calls or None})
+            if not calls and not message.content:
+                continue  # a tool-call message with no call left says nothing
+        kept.append(message)
+    return kept, dropped
+
+
+def answered_ids(messages: list[Message], index: int) -> set[str]:
+    """Return the tool_call_ids answered by the run of tool messages right after messages[index]."""
+    ids: set[str] = set()
+    for message in messages[index + 1:]:
+        if message.role != "tool":
+            break
+        if message.tool_call_id is not None:
+            ids.add(message.tool_call_id)
+    return ids
 
 
 def strip_meta(message: Message) -> Message:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
-from common.errors import LlmBusyError
+from common.errors import BusyError, LlmBusyError
 from common.models import (
     MAX_VERSION,
     Memory,
@@ -23,7 +22,9 @@ from common.models import (
     StrictModel,
     parse_json_object_or_null,
 )
+from common.settings import Settings
 from compaction.engine import CompactionOutcome, compact_turns
+from compaction.limits import WorkSlots, check_work, message_chars
 from compaction.render import render_working_summary
 from compaction.segments import Turn, group_turns, split_recent
 from nodes.memory_write import repository
@@ -118,6 +119,9 @@ def run(request: CompactRequest, deps: Deps) -> CompactResponse:
     """Compact the given messages, or the session buffer under the session lock."""
     check_llm_options(request, deps)
     if request.messages is not None:
+        # Refused before anything is archived; the session buffer is instead compacted a capped part at a time.
+        check_work(request.messages, max_messages=deps.settings.max_compact_messages,
+                   max_chars=deps.settings.max_compact_chars)
         state = SessionState(buffer=request.messages)
         return compact_state(request, state, deps, persist_archive=request.persist, force=request.force)[1]
     sessions: SessionRepository = deps.providers["sessions"]
@@ -148,6 +152,7 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     if reason not in ("forced", "triggered"):
         return state, unchanged_response(state, reason, before)
     to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
+    to_compact = within_cap(to_compact, options.segment_size, deps.settings)
     try:
         outcome = _compact_with_llm_slot(options, deps, to_compact, state, tokenizer)
     except LlmBusyError:
@@ -165,8 +170,10 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
 
 def _compact_with_llm_slot(options: CompactOptions, deps: Deps, to_compact: list[Turn], state: SessionState,
                            tokenizer: Tokenizer) -> CompactionOutcome:
-    """Run the engines; an LLM call holds one of the server's outbound slots for its whole run."""
-    with chat_client(options, deps) as chat:
+    """Run the engines; an LLM call holds one of the server's outbound slots for its whole run, an extractive
+    one a compaction slot (CPU-bound work)."""
+    with chat_client(options, deps) as chat, \
+            compaction_slot(deps, heavy=chat is None or options.engine == "extractive"):
         return compact_turns([m for t in to_compact for m in t.messages], state.segments,
                              segment_size=options.segment_size, max_segments=options.max_segments,
                              engine=options.engine, chat=chat, tokenizer=tokenizer)
@@ -188,6 +195,40 @@ def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn],
             and verbatim < trigger * PARTIAL_SEGMENT_SHARE):
         return "waiting_for_segment"
     return "triggered"
+
+
+def within_cap(turns: list[Turn], segment_size: int, settings: Settings) -> list[Turn]:
+    """Return the oldest turns one request may compact (ACN_MAX_COMPACT_MESSAGES / _CHARS): all when they fit,
+    else whole segments of them when one fits, else as many turns as fit (at least one); the rest stay verbatim
+    for the next compaction. A session buffer can outgrow one request's work (record_turn with compact off, a
+    large window): compacting it a part at a time keeps every call bounded and the session able to move on."""
+    count = messages = chars = 0
+    for turn in turns:
+        messages += len(turn.messages)
+        chars += message_chars(turn.messages)
+        if messages > settings.max_compact_messages or chars > settings.max_compact_chars:
+            break
+        count += 1
+    if count == len(turns):
+        return turns
+    whole = count - count % max(1, segment_size)
+    return turns[:max(whole or count, 1)]
+
+
+@contextmanager
+def compaction_slot(deps: Deps, *, heavy: bool) -> Iterator[None]:
+    """Hold one of the process's compaction slots for CPU-bound (extractive) work; 503 busy when none frees.
+
+    An LLM compaction mostly waits on the network (the outbound pool bounds it) and takes no slot.
+    """
+    slots: WorkSlots | None = deps.providers.get("compaction_slots")
+    if slots is None or not heavy:
+        yield
+        return
+    with slots.held() as acquired:
+        if not acquired:
+            raise BusyError(f"all {slots.size} compaction slots stayed busy for {slots.wait_seconds:g} s; retry later")
+        yield
 
 
 def whole_segments(old: list[Turn], segment_size: int) -> list[Turn]:
@@ -249,7 +290,7 @@ def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
             rows += archive_rows(namespace, turn.number, index, message, memories.now_ms(tenant, namespace))
     # Ids derive from what is archived, so a retried request (after a store failure) rewrites the same
     # rows instead of adding duplicates.
-    rows = [row.model_copy(update={"id": archive_id(tenant, row)}) for row in rows]
+    rows = [row.model_copy(update={"id": archive_id(tenant, row, memories.digest)}) for row in rows]
     ids = [row.id for row in rows]
     memories.save(tenant, rows, new_ids=memories.absent_archive_ids(tenant, namespace, ids))
     return ids
@@ -273,12 +314,12 @@ def archive_rows(namespace: Namespace, turn: int, index: int, message: Message, 
             for part, piece in enumerate(pieces)]
 
 
-def archive_id(tenant: str, row: Memory) -> str:
-    """Return a deterministic id for an archived message part."""
+def archive_id(tenant: str, row: Memory, digest: Callable[[str], str]) -> str:
+    """Return a deterministic id for an archived message part (digest: the repository's, keyed when encrypted)."""
     turn = (row.turn_range or [0])[0]
     key = json.dumps([tenant, row.agent_id, row.session_id, turn, row.meta.get("message_index"),
                       row.meta.get("part"), row.meta.get("role"), row.content], ensure_ascii=False)
-    return "turn_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+    return "turn_" + digest(key)[:40]
 
 
 def describe_tool_calls(message: Message) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -12,9 +13,9 @@ from common.deps import Deps
 from common.models import Message, MessageList, NodeResponse, StrictModel, parse_json_object, parse_json_object_or_null
 from nodes.spec import Description, NodeSpec
 from text.numbers import extract_key_numbers, value_present
-from text.pii import find_pii, redact_pii
+from text.pii import find_pii, redact_json_text, redact_pii, redact_value
 from text.pleasantries import is_pleasantry
-from text.similarity import can_reach, shingle_similarity, shingles
+from text.similarity import PrefixFilter, can_reach, shingle_similarity, shingles
 from text.tokens import Tokenizer
 
 DEFAULT_PLACEHOLDER = "[tool result of {tool} cleared: {tokens} tokens]"
@@ -67,7 +68,9 @@ class EditRules(StrictModel):
         description="Shrink tool results above this many tokens (JSON to its key fields); null: never.",
     )
     redact_pii: bool = Field(
-        default=False, description="Mask phone, ID-card and bank-card numbers and e-mails."
+        default=False,
+        description="Mask phone, ID-card and bank-card numbers and e-mails in content, name, meta and tool-call "
+                    "arguments.",
     )
 
 
@@ -189,14 +192,63 @@ def _quote(text: str, limit: int = 24) -> str:
 
 
 def _redact(work: _Work) -> None:
-    """Mask personal data in every unprotected message."""
+    """Mask personal data in every unprotected message: content, name, meta and tool-call arguments."""
     for index in range(work.editable_end):
-        content = work.messages[index].content
-        redacted, count = redact_pii(content)
+        message = work.messages[index]
+        redacted, count = redact_message(message)
         if count:
-            kinds = ", ".join(sorted({kind for kind, _ in find_pii(content)}))
+            texts = [message.content, message.name or "", json.dumps(message.meta, ensure_ascii=False),
+                     json.dumps(message.tool_calls or [], ensure_ascii=False)]
+            kinds = ", ".join(sorted({kind for text in texts for kind, _ in find_pii(text)}))
             reason = f"Masked {count} personal data item(s) ({kinds})."
-            work.replace(index, redacted, "redact_pii", reason)
+            before = work.tokenizer.count_message(message)
+            work.messages[index] = redacted
+            saved = before - work.tokenizer.count_message(redacted)
+            work.edits.append(Edit(index=index, action="redact_pii", reason=reason, tokens_saved=saved))
+
+
+def redact_message(message: Message) -> tuple[Message, int]:
+    """Return the message with personal data masked everywhere a caller can put text, and the count.
+
+    Tool-call ids and function names are left alone: they pair a call with its result and name no one.
+    """
+    content, total = redact_pii(message.content)
+    update: dict[str, Any] = {"content": content}
+    if message.name:
+        update["name"], count = redact_pii(message.name)
+        total += count
+    if message.meta:
+        update["meta"], count = redact_value(message.meta)
+        total += count
+    if message.tool_calls:
+        calls = [_redact_call(call) for call in message.tool_calls]
+        update["tool_calls"] = [call for call, _ in calls]
+        total += sum(count for _, count in calls)
+    return (message.model_copy(update=update), total) if total else (message, 0)
+
+
+def _redact_call(call: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """Mask one OpenAI-shape tool call: its arguments (JSON kept valid) and any extra fields."""
+    result: dict[str, Any] = {}
+    total = 0
+    for key, value in call.items():
+        if key in ("id", "type"):
+            result[key] = value
+        elif key == "function" and isinstance(value, dict):
+            function = dict(value)
+            for field_name, item in value.items():
+                if field_name == "name":
+                    continue
+                if field_name == "arguments" and isinstance(item, str):
+                    function[field_name], count = redact_json_text(item)
+                else:
+                    function[field_name], count = redact_value(item)
+                total += count
+            result[key] = function
+        else:
+            result[key], count = redact_value(value)
+            total += count
+    return result, total
 
 
 def _drop_pleasantries(work: _Work) -> None:
@@ -216,32 +268,41 @@ def _dedupe(work: _Work, threshold: float) -> None:
         for i, m in enumerate(work.messages)
         if m.role in ("user", "assistant") and not m.tool_calls and i not in work.dropped
     ]
-    sets = {i: shingles(work.messages[i].content) for i in candidates}
-    for position, index in enumerate(candidates):
-        if not work.droppable(index):
+    sets = [shingles(work.messages[i].content) for i in candidates]
+    index = PrefixFilter(sets, threshold)
+    for position, message_index in enumerate(candidates):
+        if not work.droppable(message_index):
             continue
-        later = _later_duplicate(work, index, candidates[position + 1 :], sets, threshold)
+        later = _later_duplicate(work, position, candidates, sets, index.later(position), threshold)
         if later is not None:
-            score = shingle_similarity(sets[index], sets[later])
-            role = work.messages[index].role
-            reason = f"Dropped a {role} message repeated by message {later} (similarity {score:.2f})."
-            work.drop(index, "dedupe", reason)
+            score = shingle_similarity(sets[position], sets[later])
+            role = work.messages[message_index].role
+            reason = f"Dropped a {role} message repeated by message {candidates[later]} (similarity {score:.2f})."
+            work.drop(message_index, "dedupe", reason)
 
 
-def _later_duplicate(
-    work: _Work, index: int, later: list[int], sets: dict[int, frozenset[str]], threshold: float
-) -> int | None:
-    """Return the first later message that duplicates message index, or None."""
-    message = work.messages[index]
+# Near-duplicates whose key numbers differ ("订单 ORD-1 已发货" … "ORD-2") are not duplicates; a list of many such
+# messages could still make each one test every later one. Past this many tests a message is simply kept.
+MAX_DUPLICATE_TESTS = 64
+
+
+def _later_duplicate(work: _Work, position: int, candidates: list[int], sets: list[frozenset[str]],
+                     later: Iterator[int], threshold: float) -> int | None:
+    """Return the position (in candidates) of the first later message that duplicates this one, or None."""
+    message = work.messages[candidates[position]]
+    tests = 0
     for other in later:
-        candidate = work.messages[other]
-        if other in work.dropped or candidate.role != message.role or candidate.name != message.name:
+        candidate = work.messages[candidates[other]]
+        if candidates[other] in work.dropped or candidate.role != message.role or candidate.name != message.name:
             continue
         if candidate.content.strip() == message.content.strip():
             return other
-        if not can_reach(sets[index], sets[other], threshold):
+        if not can_reach(sets[position], sets[other], threshold):
             continue
-        if shingle_similarity(sets[index], sets[other]) >= threshold and _numbers_kept(
+        tests += 1
+        if tests > MAX_DUPLICATE_TESTS:
+            return None
+        if shingle_similarity(sets[position], sets[other]) >= threshold and _numbers_kept(
             message.content, candidate.content
         ):
             return other

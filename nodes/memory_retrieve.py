@@ -46,10 +46,21 @@ KIND_LABELS_ZH = {
 ROLE_LABELS_ZH = {"user": "用户", "assistant": "助手", "tool": "工具"}
 
 
+# The longest query a retrieval takes. Nodes that retrieve for a longer text (assemble's user_input, the Dify
+# extension's query) retrieve for its last MAX_QUERY_CHARS characters: see retrieval_query.
+MAX_QUERY_CHARS = 8000
+
+
+def retrieval_query(text: str) -> str:
+    """Return the part of a long input to retrieve for: its end, where the question of a pasted text usually is."""
+    return text if len(text) <= MAX_QUERY_CHARS else text[-MAX_QUERY_CHARS:]
+
+
 class MemoryRetrieveRequest(Namespace):
     """Find the memories that matter for a query."""
 
-    query: str = Field(default="", max_length=8000, description="The user input or question to retrieve for.")
+    query: str = Field(default="", max_length=MAX_QUERY_CHARS,
+                       description="The user input or question to retrieve for.")
     kinds: Annotated[list[MemoryKind] | None, BeforeValidator(parse_json_string)] = Field(
         default=None, description="Only these kinds (archived turns are excluded unless named).")
     scopes: Annotated[list[Scope] | None, BeforeValidator(parse_json_string)] = Field(

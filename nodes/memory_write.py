@@ -18,9 +18,9 @@ from common.models import (
     MemoryKind,
     Message,
     MessageList,
+    MetaObject,
     Namespace,
     NodeResponse,
-    SafeJsonObject,
     Scope,
     StrictModel,
     TurnNumber,
@@ -39,7 +39,7 @@ from storage.memories import (
 )
 from text.events import extract_events
 from text.numbers import extract_key_numbers
-from text.pii import redact_pii
+from text.pii import redact_pii, redact_value
 from text.similarity import normalise, shingle_similarity, shingles
 
 # Rule-based importance, never model-judged (seed 004 §4.2): identity 8, rules/knowledge 7, preferences 6 …
@@ -65,7 +65,8 @@ class MemoryItem(StrictModel):
     )
     importance: float | None = Field(default=None, ge=0, le=10, description="0–10; default by kind.")
     scope: Scope = Field(default="session", description="session | user | agent | shared.")
-    meta: SafeJsonObject = Field(default_factory=dict, description="Caller provenance, stored untouched.")
+    meta: MetaObject = Field(default_factory=dict, description="Caller provenance, stored untouched "
+                             "(message_index, part and parts, when given, must be non-negative integers).")
     turn: TurnNumber | None = Field(default=None, description="Turn the memory comes from.")
     turn_range: list[TurnNumber] | None = Field(default=None, min_length=2, max_length=2, description="[from, to].")
 
@@ -89,7 +90,8 @@ class MemoryWriteRequest(Namespace):
     dedupe_threshold: float = Field(
         default=0.9, ge=0.5, le=1.0, description="Similarity at or above which a write updates.")
     redact_pii: bool = Field(
-        default=False, description="Mask phone, ID-card, bank-card numbers and e-mails before storing.")
+        default=False, description="Mask phone, ID-card, bank-card numbers and e-mails (content and meta) "
+                                   "before storing.")
 
 
 Action = Literal["added", "updated", "duplicate", "superseded"]
@@ -117,7 +119,8 @@ def run(request: MemoryWriteRequest, deps: Deps) -> MemoryWriteResponse:
         raise ValidationError("nothing to write: give items, or messages with extract: true")
     items = [*request.items, *extracted]
     if request.redact_pii:
-        items = [item.model_copy(update={"content": redact_pii(item.content)[0]}) for item in items]
+        items = [item.model_copy(update={"content": redact_pii(item.content)[0], "meta": redact_value(item.meta)[0]})
+                 for item in items]
     results = write_items(memories, deps.tenant, request, items, request.dedupe_threshold)
     return MemoryWriteResponse(results=results, extracted=len(extracted))
 

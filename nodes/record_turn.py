@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from common.deps import Deps
-from common.errors import ConflictError, ValidationError
+from common.errors import BusyError, ConflictError, ValidationError
 from common.models import (
     MAX_TURN,
     MAX_VERSION,
@@ -18,14 +18,14 @@ from common.models import (
     StrictModel,
     parse_json_object,
 )
+from compaction.limits import check_work
 from compaction.segments import group_turns
 from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
-from nodes.edit_context import Edit, EditContextRequest, EditRules
+from nodes.edit_context import Edit, EditContextRequest, EditRules, redact_message
 from nodes.edit_context import run as edit_context
 from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_items
 from nodes.spec import Description, NodeSpec
 from storage.sessions import SessionRepository, SessionState
-from text.pii import redact_pii
 
 
 class RecordTurnRequest(Namespace):
@@ -69,6 +69,9 @@ def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
     sessions: SessionRepository = deps.providers["sessions"]
     if request.compact:
         check_llm_options(request.compaction, deps)  # a refused LLM override changes nothing stored
+    # A turn more than one request may compact is refused before anything is archived or stored.
+    check_work(request.messages, max_messages=deps.settings.max_compact_messages,
+               max_chars=deps.settings.max_compact_chars)
     with sessions.locked(deps.tenant, request):
         state = sessions.head(deps.tenant, request)
         if request.expected_version is not None and request.expected_version != state.version:
@@ -98,8 +101,9 @@ def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Mess
             if turn > MAX_TURN:
                 # model_copy does not validate: without this check a state that cannot be read back is stored.
                 raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
-        content = redact_pii(message.content)[0] if redact else message.content
-        result.append(message.model_copy(update={"turn": turn, "content": content}))
+        if redact:  # content, name, meta and tool-call arguments alike
+            message = redact_message(message)[0]
+        result.append(message.model_copy(update={"turn": turn}))
     return result
 
 
@@ -107,8 +111,11 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
     """Return the buffer after the edit rules (the raw messages are already archived)."""
     if not request.edit:
         return buffer, []
-    edited = edit_context(EditContextRequest(messages=buffer, rules=request.rules,
-                                             protect_last=request.protect_last), deps)
+    # Built without validation: every part is already validated, and the buffer may legitimately hold more
+    # messages than an edit_context request may carry (5,000) when compaction is off; validating it again
+    # would turn that into a 500.
+    edited = edit_context(EditContextRequest.model_construct(messages=buffer, rules=request.rules,
+                                                             protect_last=request.protect_last), deps)
     return edited.messages, edited.edits
 
 
@@ -128,9 +135,16 @@ def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -
                              numbers_restored=0)
         return state, CompactionSummary(compacted=False, reason="disabled", segments=len(state.segments),
                                         stats=stats, archived_ids=[], engine_used="none")
-    # Busy LLM slots must not fail the turn (it would be lost to the caller): compaction waits for a later turn.
-    new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
-                                        namespace=request, defer_when_busy=True)
+    try:
+        # Busy LLM slots must not fail the turn (it would be lost to the caller): compaction waits for a later turn.
+        new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
+                                            namespace=request, defer_when_busy=True)
+    except BusyError:
+        # The turn is recorded either way; its compaction is left to a later turn (the buffer keeps the turns).
+        stats = CompactStats(tokens_before=0, tokens_after=0, ratio=1.0, numbers_in_source=0, numbers_preserved=0,
+                             numbers_restored=0)
+        return state, CompactionSummary(compacted=False, reason="busy", segments=len(state.segments), stats=stats,
+                                        archived_ids=[], engine_used="none")
     return new_state, CompactionSummary(compacted=response.compacted, reason=response.reason,
                                         segments=len(new_state.segments), stats=response.stats,
                                         archived_ids=response.archived_ids, engine_used=response.engine_used,

@@ -8,6 +8,8 @@ from common.deps import Deps
 from common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
 from compaction.render import render_working_summary
 from nodes.spec import Description, NodeSpec
+from storage.base import Filter
+from storage.memories import QUERY_WINDOW, MemoryRepository, live_filter, session_filter
 from storage.sessions import SessionRepository, SessionState, VersionInfo
 
 
@@ -67,7 +69,38 @@ def run_rollback(request: SessionRollbackRequest, deps: Deps) -> SessionStateRes
         chosen = sessions.read(deps.tenant, request, request.version)
         saved = sessions.commit(deps.tenant, request, chosen, reason=f"rollback to v{request.version}",
                                 expected_version=request.expected_version)
+        retire_rolled_back_turns(deps, request, chosen.turn, saved.version)
     return state_response(saved)
+
+
+def retire_rolled_back_turns(deps: Deps, namespace: Namespace, last_turn: int, version: int) -> int:
+    """Mark what the session stored from turns after last_turn as no longer current; return how many rows.
+
+    After a rollback the next turns reuse those numbers, and retrieval must not serve what a rolled-back turn
+    said (its archived messages, the memories extracted from it). The rows are kept, not deleted (nothing
+    stored is lost; the old versions still reference them): they get valid_to (retrieval and neighbours read
+    live rows only) and meta.rolled_back = the version the rollback made; a memory one of them superseded is
+    current again. Not undone: a rolled-back turn's merge into an older memory (dedupe update), and rolling
+    forward again to a version that held those turns does not revive them in retrieval (its buffer shows them).
+    """
+    memories = deps.providers.get("memories")
+    if not isinstance(memories, MemoryRepository):
+        return 0
+    where = (session_filter(deps.tenant, namespace).and_(live_filter(False))
+             .and_(Filter('scope == "session" and turn_from > {rb}', {"rb": last_turn})))
+    rows = memories.find(deps.tenant, where, limit=QUERY_WINDOW, within=namespace)
+    if not rows:
+        return 0
+    now = memories.now_ms(deps.tenant, namespace)
+    retired = [row.model_copy(update={"valid_to": now, "meta": {**row.meta, "rolled_back": version}}) for row in rows]
+    # What a retired memory superseded is current again (a decision changed in an undone turn stands as it was).
+    ids = {row.id for row in rows}
+    closed = memories.find(deps.tenant, Filter("superseded_by in {rids}", {"rids": sorted(ids)}), limit=QUERY_WINDOW,
+                           within=namespace)
+    reopened = [m.model_copy(update={"valid_to": None, "superseded_by": None, "updated_at": now})
+                for m in closed if m.id not in ids]
+    memories.save(deps.tenant, [*retired, *reopened])
+    return len(rows)
 
 
 class SessionVersionsRequest(Namespace):

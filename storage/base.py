@@ -79,6 +79,9 @@ class CollectionSpec:
     text_field: str | None = None
     dense_dim: int = 0
     partition_key: str | None = None
+    # How the store tokenizes text_field: "jieba" (the product's analyzer) or "hashed" (text that is already
+    # tokens, space-separated: keyed hashes of the jieba tokens in an encrypted collection, storage/sealed.py).
+    analyzer: str = "jieba"
 
 
 class MemoryStore(ABC):
@@ -90,6 +93,10 @@ class MemoryStore(ABC):
     @abstractmethod
     def ensure(self, spec: CollectionSpec) -> None:
         """Create the collection if missing and load it."""
+
+    @abstractmethod
+    def exists(self, collection: str) -> bool:
+        """Return True when the collection exists (it is neither created nor loaded)."""
 
     @abstractmethod
     def upsert(self, collection: str, records: list[Record]) -> None:

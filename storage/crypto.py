@@ -1,13 +1,16 @@
-"""Encryption at rest for session snapshots, with a key kept apart from the store.
+"""Encryption at rest (session snapshots, memory rows), with a key kept apart from the store.
 
 `python -m storage.crypto` prints a new key.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 
 from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from common.errors import PackError
 
@@ -20,10 +23,14 @@ class EncryptionKeyError(PackError):
 
 
 class SnapshotCipher:
-    """Encrypt and decrypt snapshot text; without a key, refuse to read encrypted text (never guess)."""
+    """Encrypt and decrypt snapshot text; without a key, refuse to read encrypted text (never guess).
 
-    def __init__(self, key: str = "") -> None:
+    `what` names the encrypted thing in errors (memory rows use the same cipher).
+    """
+
+    def __init__(self, key: str = "", what: str = "session snapshot") -> None:
         self._fernet = _load(key) if key else None
+        self._what = what
 
     @property
     def enabled(self) -> bool:
@@ -40,24 +47,36 @@ class SnapshotCipher:
         if not stored.startswith(MARKER):
             return stored
         if self._fernet is None:
-            raise EncryptionKeyError("this session snapshot is encrypted: set ACN_ENCRYPTION_KEY to read it")
+            raise EncryptionKeyError(f"this {self._what} is encrypted: set ACN_ENCRYPTION_KEY to read it")
         try:
             return self._fernet.decrypt(stored[len(MARKER):].encode("ascii")).decode("utf-8")
         except InvalidToken:
-            raise EncryptionKeyError("cannot decrypt the session snapshot: ACN_ENCRYPTION_KEY is not the key "
+            raise EncryptionKeyError(f"cannot decrypt the {self._what}: ACN_ENCRYPTION_KEY is not the key "
                                      "it was written with") from None
 
 
-def _load(value: str) -> Fernet:
+def derive_key(value: str, purpose: str) -> bytes:
+    """Return a 32-byte key for one purpose (HKDF-SHA256 over the Fernet key), so that no two uses share a key."""
+    raw = base64.urlsafe_b64decode(_read(value).encode("ascii"))
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose.encode("utf-8")).derive(raw)
+
+
+def _read(value: str) -> str:
+    """Return the key text (the value itself, or the content of the file it names), checked to be a Fernet key."""
     key = value.strip()
     if os.path.isfile(key):
         with open(key, encoding="utf-8") as handle:
             key = handle.read().strip()
     try:
-        return Fernet(key.encode("ascii"))
+        Fernet(key.encode("ascii"))
     except (ValueError, UnicodeEncodeError):
         raise EncryptionKeyError("ACN_ENCRYPTION_KEY is not a Fernet key (32 url-safe base64-encoded bytes) "
                                  "nor a file holding one") from None
+    return key
+
+
+def _load(value: str) -> Fernet:
+    return Fernet(_read(value).encode("ascii"))
 
 
 if __name__ == "__main__":

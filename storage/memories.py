@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -16,6 +17,7 @@ from providers.embedders import Embedder
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
 from storage.local_index import DISTINCT_FETCH, LocalIndex
 from storage.predicate import supported
+from storage.sealed import CIPHER_FIELD, RefusedStore, RowSealer, SealedStore, sealing_problem
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
 MEMORY_FIELDS = {
@@ -58,11 +60,18 @@ class Scored:
     dense_rank: int | None = None  # 1-based position in the dense list
 
 
-def memory_spec(prefix: str, dense_dim: int) -> CollectionSpec:
-    """Return the memories collection spec; an embedder's dimension is part of the collection name."""
-    name = f"{prefix}_memories" + (f"_d{dense_dim}" if dense_dim else "")
-    return CollectionSpec(name=name, scalar_fields=MEMORY_FIELDS, text_field="content",
-                          dense_dim=dense_dim, partition_key="tenant")
+def memory_spec(prefix: str, dense_dim: int, *, sealed: bool = False) -> CollectionSpec:
+    """Return the memories collection spec; an embedder's dimension is part of the collection name.
+
+    Sealed (encrypted at rest, storage/sealed.py): another collection, whose BM25 field holds hashed tokens and
+    which has a field for the ciphertext.
+    """
+    name = f"{prefix}_memories" + (f"_d{dense_dim}" if dense_dim else "") + ("_sealed" if sealed else "")
+    if not sealed:
+        return CollectionSpec(name=name, scalar_fields=MEMORY_FIELDS, text_field="content",
+                              dense_dim=dense_dim, partition_key="tenant")
+    return CollectionSpec(name=name, scalar_fields={**MEMORY_FIELDS, CIPHER_FIELD: "varchar"}, text_field="content",
+                          dense_dim=dense_dim, partition_key="tenant", analyzer="hashed")
 
 
 def to_record(memory: Memory, tenant: str, vector: list[float] | None) -> Record:
@@ -159,10 +168,15 @@ class MemoryRepository:
     """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
-                 index_rows: int = CACHED_INDEX_ROWS) -> None:
-        self.store = store
+                 index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None) -> None:
         self.embedder = embedder
-        self.spec = memory_spec(prefix, embedder.dim if embedder else 0)
+        # With a sealer (ACN_ENCRYPTION_KEY) rows are encrypted at rest: the store wrapper seals and opens them,
+        # so everything here, the in-process index included, works on plain rows.
+        self.sealer = sealer
+        self.spec = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is not None)
+        self._twin = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is None)
+        self._raw_store = store
+        self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
         self._clock_lock = threading.Lock()
         self._last_ms: dict[tuple[str, str, str], int] = {}
         self._namespace_locks: dict[tuple[str, str], threading.RLock] = {}
@@ -209,8 +223,23 @@ class MemoryRepository:
             return self._namespace_locks.setdefault(key, threading.RLock())
 
     def open(self) -> None:
-        """Create and load the collection."""
+        """Create and load the collection.
+
+        Memories written with the other key setting, or with another key, are refused: every read and write then
+        answers encryption_key_error (the server still starts, as with encrypted session snapshots).
+        """
         self.store.ensure(self.spec)
+        problem = sealing_problem(self._raw_store, self.spec, self._twin, self.sealer)
+        if problem is not None:
+            log.error("memories refused: %s", problem.message)
+            self.store = RefusedStore(self.store, problem)
+
+    def digest(self, text: str) -> str:
+        """Return a hex digest of text for ids derived from content: keyed when rows are encrypted at rest (a plain
+        hash would let anyone holding the files confirm a guessed message)."""
+        if self.sealer is not None:
+            return self.sealer.digest(text)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     # -- time ------------------------------------------------------------------------------
 

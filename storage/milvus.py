@@ -22,6 +22,10 @@ log = logging.getLogger("acn.store")
 # The portable jieba analyzer: same ranking on Lite 3 and the C++ engine ({"type": "chinese"} is
 # rejected by Lite 3). See STORAGE.md.
 ANALYZER = {"tokenizer": "jieba", "filter": ["lowercase", "cnalphanumonly"]}
+# Text that is already tokens (storage/sealed.py writes lower-case base32 hashes separated by spaces). Milvus's
+# "whitespace" tokenizer would say it best, but Lite 3.2.2 knows only "standard" and "jieba"; "standard" splits
+# on non-word characters, and a token of [a-z2-7] is one word on both engines.
+ANALYZERS = {"jieba": ANALYZER, "hashed": {"tokenizer": "standard"}}
 MAX_VARCHAR = 65535
 # Lite accepts limits real Milvus rejects; keep limit + offset within what servers allow.
 MAX_WINDOW = 16384
@@ -158,6 +162,9 @@ class MilvusStore(MemoryStore):
             self._collections.add(spec.name)
             if not self._templates:
                 self._templates = self._probe_templates(spec.name)
+
+    def exists(self, collection: str) -> bool:
+        return bool(self._call(lambda c: c.has_collection(collection)))
 
     def _probe_templates(self, collection: str) -> bool:
         """Return True when the server evaluates filter_params templates (Milvus >= 2.5; Lite 3 does not)."""
@@ -395,7 +402,7 @@ def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]
     index = client.prepare_index_params()
     if spec.text_field:
         schema.add_field(spec.text_field, DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True,
-                         analyzer_params=ANALYZER)
+                         analyzer_params=ANALYZERS[spec.analyzer])
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
         schema.add_function(Function(name=f"{spec.name}_bm25", function_type=FunctionType.BM25,
                                      input_field_names=[spec.text_field], output_field_names=["sparse"]))

@@ -65,6 +65,11 @@ def _compile(template: str) -> Compiled:
     return compiled
 
 
+def filter_tokens(template: str) -> list[tuple[str, str]]:
+    """Return the filter's tokens as (kind, text): string, number, placeholder, op or word."""
+    return _tokens(template)
+
+
 def _tokens(template: str) -> list[tuple[str, str]]:
     tokens, position, end = [], 0, len(template.rstrip())
     while position < end:

@@ -19,7 +19,7 @@ from common.errors import ConflictError, NotFoundError
 from common.models import Message, Namespace, Segment, StrictModel
 from storage.base import CollectionSpec, Filter, MemoryStore
 from storage.crypto import SnapshotCipher
-from text.pii import redact_pii
+from text.pii import redact_value
 
 SESSION_FIELDS = {
     "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "row": "varchar",
@@ -35,6 +35,16 @@ COMPRESS_ABOVE = 4096
 COMPRESSED = "z1:"
 HEAD_CACHE_SIZE = 2048
 SNAPSHOT = "snapshot"
+
+
+class _SessionLock:
+    """A session's lock and how many threads hold or wait for it (guarded by the repository's _locks_guard)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.users = 0
 
 
 class SessionState(StrictModel):
@@ -105,7 +115,7 @@ class SessionRepository:
         self.spec = session_spec(prefix)
         self.keep_versions = keep_versions
         self._locks_guard = threading.Lock()
-        self._locks: dict[str, threading.RLock] = {}
+        self._locks: dict[str, _SessionLock] = {}
         # The latest state of recently used sessions. With a Lite file this process is the only writer,
         # so the cache is the truth; against a server, a one-row version check validates it first.
         self._heads: OrderedDict[tuple[str, str, str], SessionState] = OrderedDict()
@@ -117,12 +127,26 @@ class SessionRepository:
 
     @contextmanager
     def locked(self, tenant: str, namespace: Namespace) -> Iterator[None]:
-        """Hold the session's lock: read-modify-commit sequences never interleave."""
+        """Hold the session's lock: read-modify-commit sequences never interleave.
+
+        The map holds a session's lock only while someone holds or waits for it: each entry counts its users
+        and the last one out removes it, so the map stays as small as the number of sessions in use (every
+        session ever touched would otherwise keep an entry for the life of the process).
+        """
         key = _session_key(tenant, namespace)
         with self._locks_guard:
-            lock = self._locks.setdefault(key, threading.RLock())
-        with lock:
-            yield
+            entry = self._locks.get(key)
+            if entry is None:
+                entry = self._locks[key] = _SessionLock()
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._locks_guard:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._locks[key]
 
     def head(self, tenant: str, namespace: Namespace) -> SessionState:
         """Return the latest state (version 0 and empty when the session is new)."""
@@ -168,11 +192,11 @@ class SessionRepository:
                                        "created_at": int(time.time() * 1000)})
         # Snapshot rows and the head row go in one upsert: one round trip, and the head never
         # points at a version whose rows were not sent with it.
-        text = new.model_dump_json()
         if self.redact:
-            # The masks replace digits and mailbox names inside JSON strings; quotes are never touched.
-            text = redact_pii(text)[0]
-            new = SessionState.model_validate_json(text)  # serve what a later read would return
+            # Masked value by value, not over the JSON text: a phone kept as a number in meta or tool-call
+            # arguments becomes a masked string instead of breaking the JSON; serve what a later read returns.
+            new = SessionState.model_validate(redact_value(new.model_dump(mode="json"))[0])
+        text = new.model_dump_json()
         self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text),
                                            self._head_row(tenant, namespace, new)])
         self._remember((tenant, namespace.agent_id, namespace.session_id), new)

@@ -247,6 +247,32 @@ def test_redact_pii_in_unprotected_messages() -> None:
     assert [(edit.index, edit.action) for edit in response.edits] == [(0, "redact_pii")]
 
 
+def test_redact_pii_masks_meta_tool_arguments_and_name() -> None:
+    arguments = json.dumps({"phone": "139.8765.4321", "id": 110105198512316214, "note": "邮箱 li＠example.com"},
+                           ensure_ascii=False)
+    messages = [
+        {"role": "user", "name": "13987654321", "content": "查一下", "meta": {"caller": "li@example.com",
+                                                                          "tel": 13987654321, "part": 1}},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "lookup", "content": "ok"},
+        {"role": "user", "content": "谢谢"},
+    ]
+    response = _edit(messages, protect_last=1, rules={"redact_pii": True, "drop_pleasantries": False,
+                                                      "dedupe": False})
+    out = json.dumps([m.model_dump() for m in response.messages], ensure_ascii=False)
+    for raw in ("13987654321", "8765", "19851231", "li@example.com", "li＠example.com"):
+        assert raw not in out
+    first, call = response.messages[0], response.messages[1].tool_calls[0]
+    assert first.name == "139****4321"
+    assert first.meta == {"caller": "l***@example.com", "tel": "139****4321", "part": 1}
+    assert call["id"] == "call_1" and call["function"]["name"] == "lookup"
+    assert json.loads(call["function"]["arguments"]) == {
+        "phone": "139****4321", "id": "110105********6214", "note": "邮箱 l***@example.com"}
+    assert [(edit.index, edit.action) for edit in response.edits] == [(0, "redact_pii"), (1, "redact_pii")]
+    assert "phone" in response.edits[0].reason and "email" in response.edits[0].reason
+
+
 def test_token_counts_and_json_string_inputs() -> None:
     messages = _twenty_messages()
     response = run(

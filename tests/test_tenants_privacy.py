@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 import requests
 from cryptography.fernet import Fernet
 from flask import Flask
 
 from common.errors import PackError
+from common.logs import JsonFormatter
 from server import create_app
 from storage.crypto import MARKER
 from tests.conftest import ROOT, assert_error, free_port, make_settings, post, server_env, wait_for_port
@@ -97,6 +101,85 @@ def test_logs_never_contain_raw_personal_data(tmp_path: Path) -> None:
         assert value not in stderr
 
 
+# Written forms the masks once missed (issue 16, M4), each with the fragments that must never be logged.
+VARIANTS = {"139.8765.4321": ["139.8765.4321", "8765.4321"], "１３９８７６５４３２１": ["１３９８７６５４３２１", "８７６５"],
+            "110105 19851231 6214": ["19851231"], "zhang＠example.com": ["zhang＠", "zhang"],
+            "\x0113987654321": ["13987654321", "3987654"], "\x01 13987654321": ["13987654321", "3987654"]}
+
+
+def _assert_no_variant_leaked(log: str) -> None:
+    assert log.strip()
+    for line in log.splitlines():
+        json.loads(line)  # the masks never break a log line
+    for fragments in VARIANTS.values():
+        for fragment in fragments:
+            assert fragment not in log
+            assert json.dumps(fragment)[1:-1] not in log
+    assert "input_value=" not in log
+    assert "'input': " not in log
+
+
+def test_logged_exceptions_and_validation_errors_carry_no_input(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path))
+    text = " ".join(VARIANTS)
+
+    class Probe(pydantic.BaseModel):
+        query: str = pydantic.Field(max_length=8)
+        count: int
+
+    def _raise_validation() -> None:
+        Probe.model_validate({"query": text, "count": text})
+
+    def _raise_runtime() -> None:
+        raise RuntimeError(f"lookup failed for {text!r} / {text}")
+
+    app.add_url_rule("/probe/validation", "probe_validation", _raise_validation)
+    app.add_url_rule("/probe/runtime", "probe_runtime", _raise_runtime)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("acn")
+    logger.addHandler(handler)
+    try:
+        client = app.test_client()
+        assert_error(client.get("/probe/validation"), 500, "internal_error")
+        assert_error(client.get("/probe/runtime"), 500, "internal_error")
+        # The internal retrieve model once turned a long user_input into a 500 with its start in the traceback.
+        response = post(client, "assemble", {"agent_id": "a", "session_id": "s", "mode": "focused",
+                                             "max_tokens": 200_000, "user_input": text + " x" * 5000})
+        assert response.status_code in (200, 422, 500)
+        invalid = post(client, "memory_write", {"agent_id": "a", "session_id": "s",
+                                                "items": [{"kind": text, "content": text}]})
+        assert text not in json.dumps(assert_error(invalid, 422), ensure_ascii=False)
+        logger.error("direct", exc_info=RuntimeError(text), extra={"query": text, "nested": {"q": [text]}})
+    finally:
+        logger.removeHandler(handler)
+        app.extensions["acn"].close()
+    log = stream.getvalue()
+    assert log.count('"unexpected error"') >= 2
+    _assert_no_variant_leaked(log)
+
+
+def test_server_logs_of_a_500_carry_no_input(tmp_path: Path) -> None:
+    port = free_port()
+    env = server_env(ACN_MILVUS_URI=str(tmp_path / "memory.db"), ACN_LOG_LEVEL="INFO")
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    text = " ".join(VARIANTS)
+    try:
+        wait_for_port(port, timeout=60, process=process)
+        base = f"http://127.0.0.1:{port}"
+        requests.post(f"{base}/v1/nodes/assemble", json={"agent_id": "a", "session_id": "s", "mode": "focused",
+                                                         "max_tokens": 200_000, "user_input": text + " x" * 5000},
+                      timeout=60)
+        requests.get(f"{base}/v1/memories/{text}", timeout=30)
+        requests.get(f"{base}/v1/memories", params={"agent_id": text}, timeout=30)
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    _assert_no_variant_leaked("\n".join(line for line in stderr.splitlines() if line.startswith("{")))
+
+
 def test_snapshots_are_encrypted_at_rest_and_need_the_key(tmp_path: Path) -> None:
     key = Fernet.generate_key().decode()
     ns = {"agent_id": "a", "session_id": "s"}
@@ -136,3 +219,56 @@ def _ns(ns: dict[str, Any]) -> Any:
     from common.models import Namespace
 
     return Namespace(**ns)
+
+
+def test_redact_pii_reaches_name_meta_and_tool_arguments_on_every_write(tmp_path: Path) -> None:
+    ns = {"agent_id": "a", "session_id": "s"}
+    arguments = json.dumps({"phone": 13987654321, "mail": "zhang＠example.com"}, ensure_ascii=False)
+    messages = [
+        {"role": "user", "name": "１３９８７６５４３２１", "content": "查 139.8765.4321",
+         "meta": {"tel": 13987654321, "id": "110105 19851231 6214", "part": 1}},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "found \x0113987654321"},
+    ]
+    raw = ["13987654321", "8765", "１３９８７６５４３２１", "19851231", "zhang"]
+    # Snapshot redaction too: a phone kept as a number in meta once made the masked JSON unreadable (500).
+    app = create_app(make_settings(tmp_path, redact_snapshots=True))
+    try:
+        client = app.test_client()
+        recorded = post(client, "record_turn", {**ns, "messages": messages, "redact_pii": True, "edit": False})
+        assert recorded.status_code == 200, recorded.get_data(as_text=True)
+        state = post(client, "session_state", ns).get_json()
+        dumped = json.dumps(state["buffer"], ensure_ascii=False)
+        assert all(value not in dumped for value in raw), dumped
+        assert state["buffer"][0]["meta"] == {"tel": "139****4321", "id": "110105********6214", "part": 1}
+        call = state["buffer"][1]["tool_calls"][0]
+        assert call["id"] == "call_1" and call["function"]["name"] == "lookup"
+        assert json.loads(call["function"]["arguments"]) == {"phone": "139****4321", "mail": "z***@example.com"}
+        written = post(client, "memory_write", {**ns, "redact_pii": True, "items": [
+            {"content": "联系 139.8765.4321", "meta": {"from": "zhang＠example.com", "tel": 13987654321}}]})
+        assert written.status_code == 200
+        listing = client.get("/v1/memories", query_string=ns).get_json()["memories"]
+        stored = json.dumps(listing, ensure_ascii=False)
+        assert "139****4321" in stored and all(value not in stored for value in raw), stored
+        fact = next(memory for memory in listing if memory["kind"] == "fact")
+        assert fact["meta"] == {"from": "z***@example.com", "tel": "139****4321"}
+        # ACN_REDACT_SNAPSHOTS alone (no redact_pii on the request) masks the snapshot, numbers and JSON included.
+        other = {"agent_id": "a", "session_id": "s2"}
+        recorded = post(client, "record_turn", {**other, "messages": messages, "edit": False})
+        assert recorded.status_code == 200, recorded.get_data(as_text=True)
+        snapshot = post(client, "session_state", other).get_json()
+        assert all(value not in json.dumps(snapshot, ensure_ascii=False) for value in raw)
+        assert snapshot["buffer"][0]["meta"]["tel"] == "139****4321"
+        call = snapshot["buffer"][1]["tool_calls"][0]
+        assert json.loads(call["function"]["arguments"]) == {"phone": "139****4321", "mail": "z***@example.com"}
+    finally:
+        app.extensions["acn"].close()
+    # Without redact_pii nothing is masked: the option is what masks, not the store.
+    plain = create_app(make_settings(tmp_path / "plain"))
+    try:
+        client = plain.test_client()
+        assert post(client, "record_turn", {**ns, "messages": messages, "edit": False}).status_code == 200
+        assert "139.8765.4321" in json.dumps(post(client, "session_state", ns).get_json(), ensure_ascii=False)
+    finally:
+        plain.extensions["acn"].close()

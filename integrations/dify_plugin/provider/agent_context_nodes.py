@@ -2,9 +2,10 @@
 
 from typing import Any
 
-from acn_client import NodeCallError, check_server
 from dify_plugin import ToolProvider
 from dify_plugin.errors.tool import ToolProviderCredentialValidationError
+
+from acn_client import NodeCallError, check_server
 
 
 class AgentContextNodesProvider(ToolProvider):

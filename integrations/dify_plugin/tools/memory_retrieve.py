@@ -3,9 +3,10 @@
 from collections.abc import Generator
 from typing import Any
 
-from acn_client import invoke_node
 from dify_plugin import Tool
 from dify_plugin.entities.tool import ToolInvokeMessage
+
+from acn_client import invoke_node
 
 
 class MemoryRetrieveTool(Tool):
