@@ -25,14 +25,12 @@ from common.models import (
     TurnNumber,
     parse_json_string,
 )
-from nodes.memory_write import repository
+from nodes.memory_write import MAX_CONTENT_CHARS, repository
 from storage.base import Filter
 from storage.memories import kinds_filter, live_filter, namespace_filter
 
 PAGE_LIMIT = 1000
 IMPORT_LIMIT = 1000
-# The store's VARCHAR limit; exported rows (a compaction summary, an archived turn) may exceed memory_write's.
-MAX_IMPORT_CONTENT = 65535
 
 
 def _split_csv(value: object) -> object:
@@ -89,7 +87,8 @@ class ImportedMemory(Memory):
     """
 
     id: Identifier
-    content: str = Field(min_length=1, max_length=MAX_IMPORT_CONTENT)
+    # What memory_write and the turn archive write at most: within the store's VARCHAR bytes, sealed or not.
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     key: str | None = Field(default=None, max_length=128, pattern=KEY_PATTERN)
     importance: float = Field(ge=0, le=10)
     agent_id: Identifier

@@ -101,6 +101,9 @@ def test_import_is_tenant_scoped_and_checks_every_field() -> None:
                             json={"memories": [{**memory, "agent_id": "a' or 1==1", "extra": 1}]})
         assert bad.status_code == 422 and bad.json()["code"] == "validation_error"
         assert "memories.0.agent_id" in bad.text and "memories.0.extra" in bad.text
+        huge = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b"},
+                             json={"memories": [{**memory, "id": "mem_huge", "content": "长" * 30000}]})
+        assert huge.status_code == 422 and "memories.0.content" in huge.text  # 90 KB: beyond the store's VARCHAR
         anonymous = requests.post(f"{base}/v1/memories/import", timeout=30, json={"memories": [memory]})
         assert anonymous.status_code == 401
 
