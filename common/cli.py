@@ -123,6 +123,8 @@ def cmd_export(client: Client, args: argparse.Namespace) -> None:
 
 
 def cmd_import(client: Client, args: argparse.Namespace) -> None:
+    if sys.stdin.isatty():
+        usage("import reads JSON lines from stdin: acn import < memories.jsonl")
     rows, items = read_import(sys.stdin)
     if items and not (args.agent and args.session):
         fail("lines without an id are new items: give --agent and --session to write them into")
