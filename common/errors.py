@@ -53,6 +53,12 @@ class ConflictError(PackError):
     code = "version_conflict"
 
 
+class IdTakenError(ConflictError):
+    """An imported row names an id that another tenant's row holds (ids are the store's primary key)."""
+
+    code = "id_taken"
+
+
 class PayloadTooLargeError(PackError):
     status = 413
     code = "payload_too_large"
