@@ -18,7 +18,7 @@ from providers.openai_chat import ChatClient
 from storage.coordination import open_coordinator
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
-from storage.milvus import MilvusStore
+from storage.milvus import MilvusStore, open_store
 from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.tokens import Tokenizer, load_tokenizer
@@ -57,9 +57,10 @@ class Runtime:
         parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
         threading.Thread(target=_load_jieba, args=(cache,), name="acn-jieba", daemon=True).start()
         tokenizer = load_tokenizer(settings.tokenizer, cache)
-        store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
-                            flush_every=settings.flush_every_writes,
-                            flush_interval=settings.flush_interval_seconds).open()
+        store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
+                                               db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
+                                               flush_interval=settings.flush_interval_seconds),
+                           settings.store_wait_seconds)
         try:
             embedder = load_embedder(settings.embedder, cache)
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,

@@ -74,6 +74,28 @@ class Settings(StrictModel):
             "answers and preflights. A request from any other page's Origin is 403 origin_not_allowed."
         ),
     )
+    public_url: str = Field(
+        default="",
+        description=(
+            "The URL clients reach this server at (https://acn.example.com, behind a TLS proxy): servers[0].url of "
+            "/openapi.json and /openapi-admin.json, so an imported tool calls it. Empty: the request's own URL."
+        ),
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description=(
+            "Comma-separated IP addresses or networks (10.0.0.0/8) of reverse proxies whose X-Forwarded-For, "
+            "-Proto, -Host, -Port and -Prefix headers are believed (one proxy hop). Empty: those headers are "
+            "ignored, whoever sends them."
+        ),
+    )
+    store_wait_seconds: float = Field(
+        default=60.0, ge=0, le=3600,
+        description=(
+            "At start-up, how long to wait for a Milvus server that does not answer yet (retrying with back-off "
+            "and logging each attempt) before giving up. 0: fail at once. A Lite file is never waited for."
+        ),
+    )
     metrics_token: str = Field(
         default="",
         description=(
