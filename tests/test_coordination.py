@@ -21,8 +21,20 @@ def redis() -> Iterator[RedisServer]:
         yield server
 
 
+_opened: list[RedisCoordinator] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_coordinators() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()  # stops its renewer thread and closes its connections
+
+
 def coordinator(url: str, **kwargs: float) -> RedisCoordinator:
-    return RedisCoordinator(url, prefix="test", **{"lease_ms": 5000, "wait_seconds": 5.0, **kwargs})
+    opened = RedisCoordinator(url, prefix="test", **{"lease_ms": 5000, "wait_seconds": 5.0, **kwargs})
+    _opened.append(opened)
+    return opened
 
 
 def test_one_holder_at_a_time_and_tokens_grow(redis: RedisServer) -> None:
