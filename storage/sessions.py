@@ -162,11 +162,10 @@ class SessionRepository:
         with self._locks_guard:
             cached = self._heads.get(key)
         if cached is not None and self._exclusive:
+            self._note_read(tenant, namespace, cached.version)
             return cached
         version = self._stored_version(tenant, namespace)
-        lease = self._lease(tenant, namespace)
-        if lease is not None and lease.read_version is None:
-            lease.read_version = version  # the fencing check at commit wants it still to be the head
+        self._note_read(tenant, namespace, version)
         if version == 0:
             return SessionState()
         if cached is not None and cached.version == version:
@@ -235,6 +234,12 @@ class SessionRepository:
         if self.coordinator is None:
             return None
         return self.coordinator.current(_session_key(tenant, namespace))
+
+    def _note_read(self, tenant: str, namespace: Namespace, version: int) -> None:
+        """Remember the head version read under a lease: the commit refuses if it is no longer the head."""
+        lease = self._lease(tenant, namespace)
+        if lease is not None and lease.read_version is None:
+            lease.read_version = version
 
     def _fenced_head(self, lease: Lease, tenant: str, namespace: Namespace) -> int:
         """Return the stored head version, refusing when a newer lease holder wrote since this one read."""
