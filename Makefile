@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test schemas bench clean browser acn
+.PHONY: run test test-engine schemas bench clean browser acn redis
 
 # `make run` needs the runtime dependencies only (~150 MB); `make test` adds the test extras (Playwright,
 # schemathesis, gunicorn, the USE embedder ...). An environment `make test` built already serves `make run`.
@@ -71,11 +71,44 @@ browser:
 		echo "      or point CHROMIUM_PATH at a Chromium binary." >&2; \
 	fi
 
-test: $(VENV)/.installed $(VENV312)/.installed browser
+# The multi-process tests start Debian's redis-server on a free loopback port (no persistence, a temp folder).
+# Root with apt-get installs it; CI=true without it fails; elsewhere those tests are skipped with the reason.
+redis:
+	@if command -v redis-server >/dev/null 2>&1; then \
+		exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	elif [ "$$CI" = "true" ]; then \
+		echo "error: redis-server is missing (CI=true needs it): apt-get install redis-server as root" >&2; \
+		exit 1; \
+	else \
+		echo "note: redis-server is missing and this is not root with apt-get: the multi-process tests will be SKIPPED." >&2; \
+	fi
+
+# The store and node tests again on the C++ Milvus Lite 2.5.1 (embedded, the closest engine to a Milvus 2.5 server
+# that runs here), in its own environment, with the in-process index off (TEST_ENGINE, tests/conftest.py).
+VENV_ENGINE ?= .venv-engine
+PY_ENGINE := $(VENV_ENGINE)/bin/python
+ENGINE_TESTS ?= tests/test_store.py tests/test_sessions.py tests/test_memory_nodes.py tests/test_admin.py \
+	tests/test_assemble.py tests/test_retrieval_hybrid.py tests/test_read_caches.py tests/test_compact_node.py \
+	tests/test_recall_packing.py tests/test_errors.py
+
+$(VENV_ENGINE)/.installed: tests/engine-requirements.txt
+	$(PYTHON) -m venv $(VENV_ENGINE)
+	printf '*\n' > $(VENV_ENGINE)/.gitignore
+	$(PY_ENGINE) -m pip install --quiet -r tests/engine-requirements.txt
+	touch $@
+
+test-engine: $(VENV_ENGINE)/.installed
+	TEST_ENGINE=cpp-lite $(PY_ENGINE) -m pytest -p no:cacheprovider \
+		-W "ignore:pkg_resources is deprecated:UserWarning" $(ENGINE_TESTS)
+
+test: $(VENV)/.installed $(VENV312)/.installed browser redis
 	$(PY) -m pytest
+	$(MAKE) test-engine
 
 schemas: $(VENV)/.runtime
 	$(PY) -m common.openapi
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache
+	rm -rf $(VENV) $(VENV312) $(VENV_ENGINE) .pytest_cache

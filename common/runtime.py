@@ -15,6 +15,7 @@ from compaction.limits import WorkSlots
 from providers.embedders import load_embedder
 from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
+from storage.coordination import open_coordinator
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore, open_store
@@ -69,7 +70,8 @@ class Runtime:
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,
                                          cipher=SnapshotCipher(settings.encryption_key),
-                                         redact=settings.redact_snapshots)
+                                         redact=settings.redact_snapshots,
+                                         coordinator=open_coordinator(settings))
             sessions.open()
         except Exception:
             store.close()
@@ -97,3 +99,5 @@ class Runtime:
         if self.chat is not None:
             self.chat.close()
         self.store.close()
+        if self.sessions.coordinator is not None:
+            self.sessions.coordinator.close()

@@ -24,6 +24,22 @@ class Settings(StrictModel):
     )
     milvus_token: str = Field(default="", description="Token for a Milvus server (user:password or API key).")
     milvus_db: str = Field(default="", description="Milvus database name on a server (empty: the default).")
+    redis_url: str = Field(
+        default="",
+        description=(
+            "redis://host:port/db of the Redis that serialises each session's writes across server processes "
+            "(a lease per session, fencing checked at commit). Empty: sessions are locked in process only, so with "
+            "a Milvus server URI this process must be the only writer."
+        ),
+    )
+    redis_lease_ms: int = Field(
+        default=10_000, ge=200, le=600_000,
+        description="Length of a session lease in Redis; renewed every third of it while a request holds it.",
+    )
+    redis_lock_wait_seconds: float = Field(
+        default=10.0, gt=0, le=600,
+        description="How long a write waits for another request's session lease before 503 session_busy.",
+    )
     collection_prefix: str = Field(
         default="acn", description="Prefix of the Milvus collections this pack creates."
     )

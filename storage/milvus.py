@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
@@ -135,7 +136,8 @@ class MilvusStore(MemoryStore):
                     _release_lite(self.uri)
 
     def info(self) -> dict[str, Any]:
-        version = self._call(lambda c: c.get_server_version())
+        # The C++ Lite (milvus-lite < 3) does not implement GetVersion: an embedded store reports its package.
+        version = self._call(lambda c: c.get_server_version()) if self.is_server else _lite_version()
         location = self.uri.split("@")[-1] if self.is_server else os.path.abspath(self.uri)
         return {"kind": "milvus-server" if self.is_server else "milvus-lite", "version": str(version),
                 "uri": location, "filter_templates": self._templates}
@@ -145,6 +147,10 @@ class MilvusStore(MemoryStore):
     def ensure(self, spec: CollectionSpec) -> None:
         with self._write_lock:
             client = self._require()
+            if spec.partition_key and not self.is_server and _lite_version().startswith(("2.", "1.")):
+                # The C++ Lite accepts a partition-key schema but then rejects every filter on the collection
+                # ("Invalid expr", primary_key_offset == -1): the key only spreads rows, so go without it.
+                spec = replace(spec, partition_key=None)
             try:
                 if not client.has_collection(spec.name):
                     schema, index = _build_schema(client, spec)
@@ -160,7 +166,9 @@ class MilvusStore(MemoryStore):
             except MilvusException as error:
                 raise StoreUnavailableError(f"cannot prepare collection {spec.name}: {error.message}") from error
             self._collections.add(spec.name)
-            if not self._templates:
+            # Embedded Lite (3.x and the C++ 2.x) never evaluates templates; probing the C++ one costs ~20 s of
+            # pymilvus retries on its parse error.
+            if not self._templates and self.is_server:
                 self._templates = self._probe_templates(spec.name)
 
     def exists(self, collection: str) -> bool:
@@ -413,6 +421,13 @@ def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]
         schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
         index.add_index(field_name="dense", index_type="AUTOINDEX", metric_type="COSINE")
     return schema, index
+
+
+def _lite_version() -> str:
+    """Return the installed milvus-lite version (the embedded engine)."""
+    from importlib.metadata import version
+
+    return version("milvus-lite")
 
 
 def _release_lite(path: str) -> None:

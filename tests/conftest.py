@@ -25,6 +25,9 @@ from server import create_app
 pytest_plugins = ["tests.fake_llm"]
 
 ROOT = Path(__file__).resolve().parent.parent
+# `make test-engine` sets TEST_ENGINE=cpp-lite: the store and node tests then run on the C++ Milvus Lite 2.5
+# (embedded only, in .venv-engine) with the in-process index off, so every read is the engine's answer.
+ENGINE = os.environ.get("TEST_ENGINE", "")
 _counter = itertools.count()
 
 
@@ -61,8 +64,19 @@ def make_settings(path: Path, **overrides: Any) -> Settings:
     # The model cache stays under the test's folder, not in the user's ~/.cache.
     values: dict[str, Any] = {"milvus_uri": str(path / "memory.db"), "log_level": "WARNING",
                               "cache_dir": str(path / "cache")}
+    if ENGINE:
+        values["local_index_rows"] = 0
     values.update(overrides)
     return Settings(**values)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _engine_rules() -> None:
+    """On the engine run, repositories built directly by tests keep no in-process index either."""
+    if ENGINE:
+        from storage.memories import MemoryRepository
+
+        MemoryRepository.__init__.__kwdefaults__["index_rows"] = 0
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +145,8 @@ def lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     use it: each store opens and closes a channel of its own, with keepalive the server tolerates
     (storage/milvus.py GRPC_OPTIONS); a store left open by a test cannot poison the next test's connection.
     """
+    if ENGINE:
+        pytest.skip("the C++ Milvus Lite runs embedded only (no server mode)")
     port = free_port()
     data_dir = tmp_path_factory.mktemp("lite-server")
     process = start_lite_server(data_dir, port)

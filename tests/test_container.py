@@ -117,7 +117,9 @@ def test_compose_waits_for_healthy_services_and_checks_the_server() -> None:
     for name, service in services.items():
         assert "healthcheck" in service, f"{name} has no healthcheck"
     server = services["agent-context-nodes"]
-    assert server["depends_on"] == {"milvus-standalone": {"condition": "service_healthy"}}
+    assert server["depends_on"] == {"milvus-standalone": {"condition": "service_healthy"},
+                                    "redis": {"condition": "service_healthy"}}  # the replicas' session leases
+    assert services["proxy"]["depends_on"] == {"agent-context-nodes": {"condition": "service_healthy"}}
     assert services["milvus-standalone"]["depends_on"] == {"etcd": {"condition": "service_healthy"},
                                                            "minio": {"condition": "service_healthy"}}
     assert "/healthz" in " ".join(server["healthcheck"]["test"])
