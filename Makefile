@@ -104,11 +104,13 @@ test-engine: $(VENV_ENGINE)/.installed
 		-W "ignore:pkg_resources is deprecated:UserWarning" $(ENGINE_TESTS)
 
 test: $(VENV)/.installed $(VENV312)/.installed browser redis
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 	$(MAKE) test-engine
 
 schemas: $(VENV)/.runtime
-	$(PY) -m common.openapi
+	$(PY) -m app.generate
 
 clean:
 	rm -rf $(VENV) $(VENV312) $(VENV_ENGINE) .pytest_cache

@@ -10,7 +10,7 @@ from assembly.recall import message_order
 from common.models import Memory, Message, Segment
 from compaction.render import LABELS, render_decision, render_header
 from compaction.segments import group_turns
-from nodes.memory_retrieve import render_memories, source_tag, speaker_label
+from retrieval.render import render_memories, source_tag, speaker_label
 from text.similarity import normalise, shingles
 
 KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}

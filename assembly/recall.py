@@ -16,10 +16,9 @@ import re
 from dataclasses import replace
 from typing import get_args
 
-from common.deps import Deps
 from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
-from nodes.memory_retrieve import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
-from storage.memories import MemoryRepository
+from retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
+from services.deps import Deps
 from text.pleasantries import is_pleasantry
 from text.query import resolve_back_reference
 from text.similarity import normalise
@@ -136,7 +135,7 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps) -> lis
         return hits
     wanted = sorted({h.memory.turn_range[0] + step for h in best if h.memory.turn_range  # turns around each hit
                      for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)})
-    memories: MemoryRepository = deps.providers["memories"]
+    memories = deps.memories
     around = sorted(readable(memories.archived_messages(deps.tenant, namespace, wanted)), key=message_order)
     position = {m.id: i for i, m in enumerate(around)}
     found = {h.memory.id: h for h in hits}

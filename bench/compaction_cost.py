@@ -34,7 +34,8 @@ PARAMS_EN = ["pool size", "timeout", "batch size", "retry limit", "cache ttl", "
 REGIONS = ["eu-west-1", "us-east-2", "ap-south-1", "cn-north-1"]
 # Names for parameters that appear once: a long working session keeps adding decisions no later one replaces,
 # which is what makes the merged segment (and each merge) grow.
-NAME_CHARS = "天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏闰余成岁律吕调阳云腾致雨露结为霜金生丽水玉出昆冈剑号巨阙珠称夜光"
+NAME_CHARS = ("天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏闰余成岁"
+              "律吕调阳云腾致雨露结为霜金生丽水玉出昆冈剑号巨阙珠称夜光")
 
 
 def _zh_turn(rng: random.Random, turn: int) -> tuple[str, str]:
@@ -82,7 +83,8 @@ def _distinct_turn(rng: random.Random, turn: int) -> tuple[str, str]:
     n, system, service = rng.randint(2, 120), rng.choice(SYSTEMS), rng.choice(SERVICES)
     if turn % 3:
         name = "".join(rng.choice(NAME_CHARS) for _ in range(3))
-        return (f"决定把{name}参数设为{n}，因为{system}的{rng.choice(NAME_CHARS)}项比较慢，编号{rng.randint(10**6, 10**7)}。",
+        return (f"决定把{name}参数设为{n}，因为{system}的{rng.choice(NAME_CHARS)}项比较慢，"
+                f"编号{rng.randint(10**6, 10**7)}。",
                 f"好的，已将{name}参数设为{n}，后续再跟进{system}的对账。")
     name = "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(3))
     return (f"We decided to set the {name} quota to {n} because the {service} team asked on ticket T-{turn}.",

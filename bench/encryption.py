@@ -98,7 +98,8 @@ def measure(folder: Path, key: str, index_rows: int, conversations: list[Any], s
         started = time.perf_counter()
         for number in range(writes):
             _post(client, "memory_write", {"agent_id": "writer", "session_id": "w", "items": [
-                {"kind": "fact", "content": f"订单 ORD-{number:05d} 的退款金额是 {number % 300} 元，customer #{number}"}]})
+                {"kind": "fact",
+                 "content": f"订单 ORD-{number:05d} 的退款金额是 {number % 300} 元，customer #{number}"}]})
         figures.write_seconds = time.perf_counter() - started
         figures.writes = writes
     finally:
@@ -110,8 +111,10 @@ def store_level(folder: Path, key: str, texts: list[str], queries: list[str], ro
     """Single-row saves and store BM25 searches at the repository, plain and encrypted alternating each round
     (a shared machine's load drifts: interleaving keeps it out of the ratio)."""
     from common.models import Namespace
-    from nodes.memory_write import MemoryItem, new_memory
-    from storage.memories import MemoryRepository, scope_filter
+    from memory.items import MemoryItem
+    from memory.write import new_memory
+    from storage.memories import MemoryRepository
+    from storage.memory_rows import scope_filter
     from storage.milvus import MilvusStore
     from storage.sealed import RowSealer
 

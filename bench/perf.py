@@ -33,14 +33,14 @@ import requests
 from flask import Flask
 from milvus_lite.server_manager import server_manager_instance  # type: ignore[import-untyped]
 
+from app.runtime import Runtime
 from bench.progress import progress
 from common.auth import DEFAULT_TENANT
 from common.models import Memory
-from common.runtime import Runtime
 from common.settings import Settings
-from nodes.memory_write import DEFAULT_IMPORTANCE
+from memory.items import DEFAULT_IMPORTANCE
 from server import create_app
-from storage.memories import new_memory_id
+from storage.memory_rows import new_memory_id
 from tests.conftest import ROOT, free_port, server_env
 from tests.long_conversation import QUESTIONS, turn_messages
 from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer

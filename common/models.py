@@ -21,7 +21,6 @@ MemoryKind = Literal[
     "todo", "artifact", "knowledge", "summary", "turn",
 ]
 Scope = Literal["session", "user", "agent", "shared"]
-Language = Literal["zh", "en"]
 
 
 # Milvus stores integers as int64 and JSON numbers as doubles: anything beyond is refused at the door

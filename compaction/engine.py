@@ -13,8 +13,8 @@ from compaction.extractive import source_numbers, source_text, summarize_extract
 from compaction.llm import summarize_llm
 from compaction.merge import merge_segments
 from compaction.render import finish_segment, segment_body
-from compaction.similarity import topic_keys_cached
 from compaction.segments import Turn, cut_segments, group_turns, next_turn_number, segment_id, user_sentences
+from compaction.similarity import topic_keys_cached
 from compaction.state import WorkingState, working_state
 from compaction.verify import grounding_problems, self_check, verify_numbers
 from providers.openai_chat import ChatClient

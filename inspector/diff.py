@@ -5,9 +5,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from common.deps import Deps
 from common.models import Message, Namespace, Segment
 from nodes.sessions import SessionStateRequest, SessionStateResponse, run_state
+from services.deps import Deps
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodes.memory_retrieve import KIND_LABELS_ZH
+from retrieval.render import KIND_LABELS_ZH
 
 LANGUAGES = ("en", "zh")
 HTML_LANG = {"en": "en", "zh": "zh-CN"}

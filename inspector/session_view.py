@@ -6,7 +6,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from assembly.recall import readable
-from common.deps import Deps
 from common.models import Memory, Namespace, Segment, meta_int
 from nodes.memory_admin import PAGE_LIMIT, MemoryListRequest, list_memories
 from nodes.sessions import (
@@ -16,6 +15,7 @@ from nodes.sessions import (
     run_state,
     run_versions,
 )
+from services.deps import Deps
 from storage.sessions import VersionInfo
 
 # list_memories refuses offsets beyond this; a session with more rows shows the first ones and says so.

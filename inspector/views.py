@@ -15,9 +15,11 @@ from typing import Any
 
 import pydantic
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
+from werkzeug.wrappers.response import Response as BaseResponse
 
+from app.json_body import read_json_body
+from app.responses import ok_response, validate
 from common.auth import authenticate
-from common.deps import Deps
 from common.errors import NotFoundError, PackError, ValidationError
 from common.models import Namespace
 from inspector.diff import version_diff
@@ -35,6 +37,7 @@ from inspector.signin import (
     safe_next,
     same_origin,
 )
+from services.deps import Deps
 
 LANGUAGE_COOKIE = "acn_ui_lang"
 KINDS = list(KIND_LABELS["en"])
@@ -131,7 +134,7 @@ def check_csrf() -> None:
     ui_auth().check_csrf(credential.binding if credential else "", presented)
 
 
-def to_sign_in(_error: SignInRequired) -> Response:
+def to_sign_in(_error: SignInRequired) -> BaseResponse:
     """Send a browser that has no credential to the sign-in page, then back to where it was going."""
     target = request.full_path.rstrip("?") if request.query_string else request.path
     return redirect(url_for("inspector.login", next=target), code=303)
@@ -139,9 +142,6 @@ def to_sign_in(_error: SignInRequired) -> Response:
 
 def node_view(name: str) -> Response:
     """Run one of the page's nodes for this tenant (the same models and errors as POST /v1/nodes/<name>)."""
-    # server.py imports this package; its request helpers are imported when a request needs them.
-    from server import ok_response, read_json_body, validate
-
     spec = current_app.extensions["acn_nodes"].get(name)
     if name not in UI_NODES or spec is None:
         raise NotFoundError(f"the inspector calls only {', '.join(UI_NODES)}")
@@ -150,7 +150,7 @@ def node_view(name: str) -> Response:
     return ok_response(result)
 
 
-def login_view() -> Response | str:
+def login_view() -> BaseResponse | str:
     auth = ui_auth()
     if auth.open:
         return render_template("inspector/login.html", open=True)
@@ -184,8 +184,9 @@ def login_form(status: int, problem: str = "") -> Response:
     return response
 
 
-def logout_view() -> Response:
-    response = redirect(url_for("inspector.login", **({} if ui_auth().open else {"signed_out": "1"})), code=303)
+def logout_view() -> BaseResponse:
+    query: dict[str, Any] = {} if ui_auth().open else {"signed_out": "1"}
+    response = redirect(url_for("inspector.login", **query), code=303)
     response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, secure=request.is_secure, httponly=True,
                            samesite="Strict")
     return response

@@ -14,6 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from common.pack import PACK
 from integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT
 
 # dify-plugin-daemon's default MAX_PLUGIN_PACKAGE_SIZE (uncompressed).
@@ -60,8 +61,6 @@ def build(output: Path, plugin_dir: Path = PLUGIN_DIR) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.openapi import PACK
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = ROOT / "dist" / f"{PLUGIN_NAME}-{PACK['version']}.difypkg"
     parser.add_argument("-o", "--output", type=Path, default=default)

@@ -13,11 +13,9 @@ from assembly.current import current_memories, current_segments, stale_values
 from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, text_layer_cost
 from assembly.layers import memory_items, note_items, segment_items, turn_items
 from assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
-from common.deps import Deps
 from common.errors import ValidationError
 from common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
 from common.models import (
-    Language,
     Memory,
     MemoryKind,
     Message,
@@ -28,15 +26,16 @@ from common.models import (
     parse_json_object_or_null,
     parse_json_string,
 )
-from nodes.memory_retrieve import MemoryRetrieveRequest, rank, retrieval_query
 from nodes.spec import Description, NodeSpec
-from storage.memories import kinds_filter, live_filter, scope_filter
-from storage.sessions import SessionRepository, SessionState
-from text.lang import detect_language
+from retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
+from services.deps import Deps
+from storage.memory_rows import kinds_filter, live_filter, scope_filter
+from storage.sessions import SessionState
+from text.lang import Language, detect_language
 from text.numbers import value_present
 
 Mode = Literal["snapshot", "focused", "streaming", "auto"]
-# Planning-type inputs want the whole working state in view (seed 004 §6).
+# Planning-type inputs (a plan, a summary, next steps) need the whole working state in view, not a slice of it.
 _PLANNING = re.compile(r"计划|规划|方案|步骤|总结|回顾|进度|整体|全部|接下来|下一步|目标|清单|"
                        r"\b(plan|steps|summary|summari[sz]e|overall|progress|next steps?|status|recap|overview)\b",
                        re.IGNORECASE)
@@ -125,7 +124,7 @@ def run(request: AssembleRequest, deps: Deps) -> AssembleResponse:
     if fixed > request.max_tokens:
         raise ValidationError(f"system prompt and user input alone need {fixed} tokens; max_tokens is "
                               f"{request.max_tokens}", [f"max_tokens: at least {fixed} needed"])
-    stale = stale_values(deps.providers["memories"], deps.tenant, request)
+    stale = stale_values(deps.memories, deps.tenant, request)
     budget = ratios(request, mode)
     history_share = layer_shares(request.max_tokens - fixed, budget)["history"]
     candidates, withheld = layer_candidates(request, deps, state, history, mode, language, stale, history_share)
@@ -151,7 +150,7 @@ def session_state(request: AssembleRequest, deps: Deps) -> SessionState:
     """Return the session's latest state when the request does not bring its own history and summary."""
     if request.messages is not None and request.working_summary is not None:
         return SessionState()
-    sessions: SessionRepository = deps.providers["sessions"]
+    sessions = deps.sessions
     return sessions.head(deps.tenant, request)
 
 
@@ -231,7 +230,7 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
 def standing_memories(request: AssembleRequest, deps: Deps) -> list[Memory]:
     """Return identity, constraints, preferences and decisions in force, most important first."""
     where = scope_filter(request).and_(live_filter(False)).and_(kinds_filter(STATE_KINDS, exclude_turns=False))
-    found = deps.providers["memories"].find(deps.tenant, where, limit=200, within=request)
+    found = deps.memories.find(deps.tenant, where, limit=200, within=request)
     return sorted(found, key=lambda m: (-m.importance, -m.updated_at))
 
 

@@ -8,7 +8,6 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.deps import Deps
 from common.errors import IdTakenError, NotFoundError, ValidationError
 from common.models import (
     IDENTIFIER_PATTERN,
@@ -25,9 +24,10 @@ from common.models import (
     TurnNumber,
     parse_json_string,
 )
-from nodes.memory_write import MAX_CONTENT_CHARS, repository
+from memory.items import MAX_CONTENT_CHARS
+from services.deps import Deps
 from storage.base import Filter
-from storage.memories import kinds_filter, live_filter, namespace_filter
+from storage.memory_rows import kinds_filter, live_filter, namespace_filter
 
 PAGE_LIMIT = 1000
 IMPORT_LIMIT = 1000
@@ -123,7 +123,7 @@ def list_memories(request: MemoryListRequest, deps: Deps) -> MemoryListResponse:
     where = where.and_(live_filter(request.include_superseded)).and_(kinds_filter(request.kinds, exclude_turns=False))
     if request.scope:
         where = where.and_(Filter("scope == {scope}", {"scope": request.scope}))
-    page = repository(deps).page(deps.tenant, where, limit=request.limit + 1, offset=request.offset)
+    page = deps.memories.page(deps.tenant, where, limit=request.limit + 1, offset=request.offset)
     more = len(page) > request.limit
     return MemoryListResponse(memories=page[: request.limit], limit=request.limit, offset=request.offset,
                               next_offset=request.offset + request.limit if more else None)
@@ -131,7 +131,7 @@ def list_memories(request: MemoryListRequest, deps: Deps) -> MemoryListResponse:
 
 def get_memory(memory_id: str, deps: Deps) -> MemoryGetResponse:
     """Return one memory with its history."""
-    memory = repository(deps).get(deps.tenant, memory_id) if valid_id(memory_id) else None
+    memory = deps.memories.get(deps.tenant, memory_id) if valid_id(memory_id) else None
     if memory is None:
         raise NotFoundError(f"no memory {memory_id!r}")
     return MemoryGetResponse(memory=memory)
@@ -139,7 +139,7 @@ def get_memory(memory_id: str, deps: Deps) -> MemoryGetResponse:
 
 def delete_memory(memory_id: str, deps: Deps) -> DeleteResponse:
     """Delete one memory; 404 when it does not exist for this tenant."""
-    memories = repository(deps)
+    memories = deps.memories
     if not valid_id(memory_id) or memories.get(deps.tenant, memory_id) is None:
         raise NotFoundError(f"no memory {memory_id!r}")
     memories.delete_ids(deps.tenant, [memory_id])
@@ -154,12 +154,12 @@ def valid_id(memory_id: str) -> bool:
 
 def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteResponse:
     """Delete every memory of a namespace and, unless narrowed to a user, its session state."""
-    memories = repository(deps)
+    memories = deps.memories
     where = namespace_filter(deps.tenant, request.agent_id, request.session_id, request.user_id)
     count = memories.count(deps.tenant, where)
     memories.delete_namespace(deps.tenant, request.agent_id, request.session_id, request.user_id)
     if not request.user_id:  # sessions belong to agent + session; a user-narrowed delete leaves them
-        deps.providers["sessions"].delete(deps.tenant, request.agent_id, request.session_id)
+        deps.sessions.delete(deps.tenant, request.agent_id, request.session_id)
     return DeleteResponse(deleted=count)
 
 
@@ -169,7 +169,7 @@ def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportRes
     memory_write would re-derive all of that (dedup, supersede, new ids and times, archived turns refused), so a
     restore goes through here instead. Rows are matched by id within the caller's tenant only.
     """
-    memories = repository(deps)
+    memories = deps.memories
     rows = [Memory.model_validate(item.model_dump()) for item in request.memories]
     ids = list(dict.fromkeys(row.id for row in rows))
     if len(ids) != len(rows):

@@ -6,7 +6,6 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.deps import Deps
 from common.errors import BusyError, ConflictError, ValidationError
 from common.models import (
     MAX_TURN,
@@ -20,12 +19,14 @@ from common.models import (
 )
 from compaction.limits import check_work
 from compaction.segments import group_turns
-from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
-from nodes.edit_context import Edit, EditContextRequest, EditRules, redact_message
-from nodes.edit_context import run as edit_context
-from nodes.memory_write import MemoryItem, WriteResult, extracted_items, repository, write_items
+from compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
+from editing.edit import Edit, EditRules, edit_messages, redact_message
+from memory.archive import archive_turns
+from memory.items import MemoryItem, WriteResult
+from memory.write import extracted_items, write_items
 from nodes.spec import Description, NodeSpec
-from storage.sessions import SessionRepository, SessionState
+from services.deps import Deps
+from storage.sessions import SessionState
 
 
 class RecordTurnRequest(Namespace):
@@ -66,7 +67,7 @@ class RecordTurnResponse(NodeResponse):
 
 def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
     """Record one turn under the session lock; a stale expected_version changes nothing (409)."""
-    sessions: SessionRepository = deps.providers["sessions"]
+    sessions = deps.sessions
     if request.compact:
         check_llm_options(request.compaction, deps)  # a refused LLM override changes nothing stored
     # A turn more than one request may compact is refused before anything is archived or stored.
@@ -78,7 +79,7 @@ def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
             raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
                                 "reload and retry")
         incoming = numbered(request.messages, state.turn, request.redact_pii)
-        archived = archive_turns(repository(deps), deps.tenant, request, group_turns(incoming, state.turn + 1))
+        archived = archive_turns(deps.memories, deps.tenant, request, group_turns(incoming, state.turn + 1))
         buffer, edits = edited_buffer(request, [*state.buffer, *incoming], deps)
         turn = max(m.turn or 0 for m in incoming)
         state = state.model_copy(update={"buffer": buffer, "turn": turn, "archived_turn": turn})
@@ -111,12 +112,9 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
     """Return the buffer after the edit rules (the raw messages are already archived)."""
     if not request.edit:
         return buffer, []
-    # Built without validation: every part is already validated, and the buffer may legitimately hold more
-    # messages than an edit_context request may carry (5,000) when compaction is off; validating it again
-    # would turn that into a 500.
-    edited = edit_context(EditContextRequest.model_construct(messages=buffer, rules=request.rules,
-                                                             protect_last=request.protect_last), deps)
-    return edited.messages, edited.edits
+    # The buffer may hold more messages than an edit_context request may carry (5,000) when compaction is off:
+    # the edit runs on the list itself, not through the node's request model.
+    return edit_messages(buffer, request.rules, request.protect_last, deps.tokenizer)
 
 
 def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps) -> list[WriteResult]:
@@ -124,7 +122,7 @@ def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: De
     items: list[MemoryItem] = extracted_items(incoming)
     if not items:
         return []
-    return write_items(repository(deps), deps.tenant, request, items, request.dedupe_threshold)
+    return write_items(deps.memories, deps.tenant, request, items, request.dedupe_threshold)
 
 
 def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -> tuple[SessionState,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from common.deps import Deps
 from common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
 from compaction.render import render_working_summary
 from nodes.spec import Description, NodeSpec
+from services.deps import Deps
 from storage.base import Filter
-from storage.memories import QUERY_WINDOW, MemoryRepository, live_filter, session_filter
-from storage.sessions import SessionRepository, SessionState, VersionInfo
+from storage.memory_rows import QUERY_WINDOW, live_filter, session_filter
+from storage.sessions import SessionState, VersionInfo
 
 
 class SessionStateRequest(Namespace):
@@ -49,7 +49,7 @@ def state_response(state: SessionState) -> SessionStateResponse:
 
 def run_state(request: SessionStateRequest, deps: Deps) -> SessionStateResponse:
     """Return the session's working state at a version."""
-    sessions: SessionRepository = deps.providers["sessions"]
+    sessions = deps.sessions
     if request.version is None:
         return state_response(sessions.head(deps.tenant, request))
     return state_response(sessions.read(deps.tenant, request, request.version))
@@ -57,14 +57,14 @@ def run_state(request: SessionStateRequest, deps: Deps) -> SessionStateResponse:
 
 def run_versions(request: Namespace, deps: Deps) -> SessionVersionsResponse:
     """Return the kept versions of a session, oldest first."""
-    sessions: SessionRepository = deps.providers["sessions"]
+    sessions = deps.sessions
     versions = sessions.versions(deps.tenant, request)
     return SessionVersionsResponse(versions=versions, latest=versions[-1].version if versions else 0)
 
 
 def run_rollback(request: SessionRollbackRequest, deps: Deps) -> SessionStateResponse:
     """Commit the chosen version's state as the newest version."""
-    sessions: SessionRepository = deps.providers["sessions"]
+    sessions = deps.sessions
     with sessions.locked(deps.tenant, request):
         chosen = sessions.read(deps.tenant, request, request.version)
         saved = sessions.commit(deps.tenant, request, chosen, reason=f"rollback to v{request.version}",
@@ -83,8 +83,8 @@ def retire_rolled_back_turns(deps: Deps, namespace: Namespace, last_turn: int, v
     current again. Not undone: a rolled-back turn's merge into an older memory (dedupe update), and rolling
     forward again to a version that held those turns does not revive them in retrieval (its buffer shows them).
     """
-    memories = deps.providers.get("memories")
-    if not isinstance(memories, MemoryRepository):
+    memories = deps.memory_repository
+    if memories is None:
         return 0
     where = (session_filter(deps.tenant, namespace).and_(live_filter(False))
              .and_(Filter('scope == "session" and turn_from > {rb}', {"rb": last_turn})))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from common.errors import ValidationError
-from common.model_cache import load_use_parts
+from text.model_cache import load_use_parts
 
 
 class Embedder(ABC):

@@ -196,7 +196,7 @@ def test_the_session_buffer_is_compacted_a_capped_part_at_a_time(capped_app: Fla
 
 def test_a_compaction_with_every_slot_taken_is_503_with_retry_after(capped_app: Flask, ns: dict[str, str]) -> None:
     client = capped_app.test_client()
-    slots = capped_app.extensions["acn"].extra["compaction_slots"]
+    slots = capped_app.extensions["acn"].compaction_slots
     with slots.held() as first, slots.held() as waiting_none:  # the slot, and (wait refused) no second one
         assert first and not waiting_none
         response = post(client, "compact", {**ns, "messages": _messages(20), "force": True})

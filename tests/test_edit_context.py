@@ -10,18 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.deps import Deps
 from common.models import Message
 from common.settings import Settings
-from nodes.edit_context import (
-    NODE,
-    EditContextRequest,
-    EditContextResponse,
-    protected_start,
-    run,
-    shrink_json,
-    tool_names,
-)
+from editing.edit import protected_start, shrink_json, tool_names
+from nodes.edit_context import NODE, EditContextRequest, EditContextResponse, run
+from services.deps import Deps
 from text.tokens import load_tokenizer
 
 DEPS = Deps(settings=Settings(), tokenizer=load_tokenizer())

@@ -7,14 +7,17 @@ from typing import Any
 
 import pytest
 
+import editing.edit as editing
 import nodes.edit_context as edit_context
-from common.deps import Deps
 from common.models import Message
 from common.settings import Settings
-from nodes.edit_context import EditContextRequest, EditRules
+from editing.edit import EditRules
+from nodes.edit_context import EditContextRequest
+from services.deps import Deps
 from text.numbers import extract_key_numbers, value_present
 from text.similarity import can_reach, shingle_similarity, shingles
 from text.tokens import load_tokenizer
+
 
 @pytest.fixture(scope="module")
 def deps() -> Deps:
@@ -87,7 +90,7 @@ def test_dedupe_compares_a_bounded_number_of_pairs_per_message(deps: Deps, monke
         calls += 1
         return can_reach(a, b, threshold)
 
-    monkeypatch.setattr(edit_context, "can_reach", counting)
+    monkeypatch.setattr(editing, "can_reach", counting)
     rng = random.Random(7)
     messages = [Message(role="user", content=f"第{i}条：{rng.choice(WORDS)}{rng.randint(0, 10**9)} 用户说明 {i * 7919}")
                 for i in range(2000)]
@@ -99,18 +102,18 @@ def test_dedupe_compares_a_bounded_number_of_pairs_per_message(deps: Deps, monke
 def test_many_near_duplicates_with_different_numbers_stay_bounded(deps: Deps, monkeypatch: Any) -> None:
     # Same words, different order ids: each is a near-duplicate of every other, and none is a duplicate.
     tests = 0
-    real = edit_context.shingle_similarity
+    real = editing.shingle_similarity
 
     def counting(a: frozenset[str], b: frozenset[str]) -> float:
         nonlocal tests
         tests += 1
         return real(a, b)
 
-    monkeypatch.setattr(edit_context, "shingle_similarity", counting)
+    monkeypatch.setattr(editing, "shingle_similarity", counting)
     messages = [Message(role="user", content=f"请帮我查询订单 ORD-{100000 + i} 的物流状态和预计送达时间，谢谢")
                 for i in range(1500)]
     request = EditContextRequest(messages=messages, rules=EditRules(dedupe=True, drop_pleasantries=False),
                                  protect_last=0)
     response = edit_context.run(request, deps)
     assert not [e for e in response.edits if e.action == "dedupe"]
-    assert tests <= (edit_context.MAX_DUPLICATE_TESTS + 1) * len(messages), tests
+    assert tests <= (editing.MAX_DUPLICATE_TESTS + 1) * len(messages), tests

@@ -17,10 +17,12 @@ from cryptography.fernet import Fernet
 from flask import Flask
 
 from common.models import Namespace
-from nodes.memory_write import MemoryItem, new_memory
+from memory.items import MemoryItem
+from memory.write import new_memory
 from server import create_app
 from storage.base import Filter
-from storage.memories import MemoryRepository, scope_filter
+from storage.memories import MemoryRepository
+from storage.memory_rows import scope_filter
 from storage.milvus import MilvusStore
 from storage.sealed import RowSealer, SealedFilterError
 from tests.conftest import assert_error, make_settings, post

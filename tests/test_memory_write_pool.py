@@ -7,7 +7,8 @@ from typing import cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodes.memory_write import Known, MemoryItem, Pool
+from memory.items import MemoryItem
+from memory.pool import Known, Pool
 from storage.memories import MemoryRepository
 from text.similarity import shingle_similarity, shingles
 

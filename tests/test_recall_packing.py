@@ -11,7 +11,7 @@ from assembly.layers import dated_header, memory_items, memory_line
 from assembly.recall import FLOOR_BUDGET, RELATIVE_FLOOR, relative_floor
 from bench import locomo, locomo_ceiling
 from common.models import Memory
-from nodes.memory_retrieve import render_memories, speaker_label
+from retrieval.render import render_memories, speaker_label
 from tests.conftest import post
 from tests.test_bench_recall_smoke import SAMPLE
 from tests.test_retrieval_hybrid import FILLER, record

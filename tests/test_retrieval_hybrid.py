@@ -13,8 +13,8 @@ from flask.testing import FlaskClient
 
 from assembly.recall import NEIGHBOUR_SPAN
 from common.models import Memory
-from nodes.memory_retrieve import coverage_all
 from providers.embedders import UniversalSentenceEncoder, load_embedder
+from retrieval.rank import coverage_all
 from server import create_app
 from tests.conftest import make_settings, post
 from text.dates import normalise_date

@@ -173,8 +173,8 @@ def test_an_allowed_origin_gets_cors_answers_and_others_do_not(cors_app: Flask) 
 
 
 def test_guard_settings_are_checked_and_defaults_follow_the_bind_address() -> None:
+    from app.http_guard import build_policy, check_host
     from common.errors import ConfigurationError, MisdirectedHostError
-    from common.http_guard import build_policy, check_host
 
     def answers(policy: Any, host: str) -> bool:
         try:

@@ -9,7 +9,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from common.models import Memory, Message, Namespace
-from storage.memories import new_memory_id
+from storage.memory_rows import new_memory_id
 from storage.sessions import SessionState
 from tests.conftest import assert_error, post
 
@@ -41,7 +41,7 @@ def assert_valid_chat(messages: list[dict[str, Any]]) -> None:
 
 
 def repository(app: Flask, name: str) -> Any:
-    return app.extensions["acn"].deps(TENANT).providers[name]
+    return getattr(app.extensions["acn"].deps(TENANT), name)
 
 
 # -- M1: reserved meta --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import pytest
 
 from common.errors import StoreUnavailableError
 from storage.milvus import GRPC_OPTIONS, MilvusStore, open_store
-from tests.conftest import ROOT, free_port, server_env, start_lite_server, stop_lite_server, wait_for_port
+from tests.conftest import ROOT, free_port, server_env, start_lite_server, stop_process, wait_for_port
 
 # grpcio's server defaults (what `python -m milvus_lite server` runs with): pings on a connection with no call
 # in flight are refused, and otherwise at most one per 5 minutes without data.
@@ -179,7 +179,7 @@ def test_open_store_waits_for_a_server_that_starts_late(tmp_path: Path, caplog: 
         timer.cancel()
         timer.join()
         for process in started:
-            stop_lite_server(process)
+            stop_process(process, timeout=15)
 
 
 def test_open_store_gives_up_after_its_bound(tmp_path: Path) -> None:
@@ -227,4 +227,4 @@ def test_the_server_process_waits_for_its_store_and_says_so(tmp_path: Path) -> N
         process.terminate()
         process.wait(timeout=60)
         if lite is not None:
-            stop_lite_server(lite)
+            stop_process(lite, timeout=15)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
-from common.models import Language
+Language = Literal["zh", "en"]
 
 _CJK = re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf]")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")

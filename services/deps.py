@@ -1,0 +1,48 @@
+"""What a node receives besides its request: settings, tokenizer, tenant and the services, typed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.errors import ValidationError
+from common.settings import Settings
+from providers.llm_guard import LlmGate
+from providers.openai_chat import ChatClient
+from services.slots import WorkSlots
+from storage.base import MemoryStore
+from storage.memories import MemoryRepository
+from storage.sessions import SessionRepository
+from text.tokens import Tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class Deps:
+    """Everything a node may use; app.runtime builds one per call (per tenant).
+
+    The repositories are optional so that a stateless node (edit_context) can run without a store; a node
+    that needs one reads `memories`/`sessions`, which refuse with a clear error when none is configured.
+    """
+
+    settings: Settings
+    tokenizer: Tokenizer
+    tenant: str = "default"
+    store: MemoryStore | None = None
+    memory_repository: MemoryRepository | None = None
+    session_repository: SessionRepository | None = None
+    chat: ChatClient | None = None
+    llm_gate: LlmGate | None = None
+    compaction_slots: WorkSlots | None = None
+
+    @property
+    def memories(self) -> MemoryRepository:
+        """The memory repository; ValidationError when no store is configured."""
+        if self.memory_repository is None:
+            raise ValidationError("no memory store is configured")
+        return self.memory_repository
+
+    @property
+    def sessions(self) -> SessionRepository:
+        """The session repository; ValidationError when no store is configured."""
+        if self.session_repository is None:
+            raise ValidationError("no session store is configured")
+        return self.session_repository

@@ -1,0 +1,137 @@
+"""The one-way layer rule of docs/ARCHITECTURE.md, checked over every import (function-level ones included)."""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Top to bottom: a module may import its own package, or a package in a layer below its own. The app layer's
+# packages may import one another (no cycle, see test_no_import_cycle); every other layer holds one package.
+LAYERS: list[set[str]] = [
+    {"server", "app", "inspector", "integrations"},
+    {"nodes"},
+    {"assembly"},
+    {"retrieval"},
+    {"compaction"},
+    {"memory"},
+    {"editing"},
+    {"services"},
+    {"storage"},
+    {"providers"},
+    {"common"},
+    {"text"},
+]
+RANK = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
+# nodes/spec.py (the NodeSpec type) and nodes/__init__.py (the registry) are not nodes.
+NODE_SUPPORT = {"nodes", "nodes.spec"}
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Every module of ours by dotted name (tests, benchmarks, examples and deploy files excluded)."""
+    found = {"server": ROOT / "server.py"}
+    for package in RANK:
+        for path in (ROOT / package).rglob("*.py") if (ROOT / package).is_dir() else []:
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def resolve(name: str) -> str | None:
+    """Return our module an import names (the longest known prefix), or None for a third-party one."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules():
+            return candidate
+        parts.pop()
+    return None
+
+
+@cache
+def imports(module: str) -> frozenset[str]:
+    """Our modules that `module` imports anywhere in its body (also inside functions and TYPE_CHECKING)."""
+    path = modules()[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = imported_names(path.read_text(encoding="utf-8"), package)
+    return frozenset(target for name in names if (target := resolve(name)) and target != module)
+
+
+def imported_names(source: str, package: str) -> set[str]:
+    """Every dotted name the source imports, `from a import b` giving both a and a.b (b may be a module)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench", "examples"}
+    assert packages <= set(RANK), f"place {sorted(packages - set(RANK))} in LAYERS and docs/ARCHITECTURE.md"
+
+
+def test_imports_point_down() -> None:
+    upward = [f"{module} -> {target}" for module in modules() for target in imports(module)
+              if top(target) != top(module) and RANK[top(target)] <= RANK[top(module)]
+              and not (RANK[top(target)] == RANK[top(module)] == 0)]
+    assert upward == [], "imports that go up or sideways:\n" + "\n".join(sorted(upward))
+
+
+def test_no_node_imports_another() -> None:
+    crossed = [f"{module} -> {target}" for module in modules() if top(module) == "nodes" and module not in NODE_SUPPORT
+               for target in imports(module) if top(target) == "nodes" and target not in NODE_SUPPORT]
+    assert crossed == [], "node modules importing nodes:\n" + "\n".join(sorted(crossed))
+
+
+def test_no_import_cycle() -> None:
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module):], module]
+        if module in done:
+            return None
+        for target in sorted(imports(module)):
+            if cycle := visit(target, [*path, module]):
+                return cycle
+        done.add(module)
+        return None
+
+    for module in sorted(modules()):
+        cycle = visit(module, [])
+        assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_checker_sees_every_kind_of_import() -> None:
+    """Function-level, TYPE_CHECKING and relative imports are dependencies too: the walk must see them."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import common.errors\n"
+        "if TYPE_CHECKING:\n    from storage.memories import MemoryRepository\n"
+        "def later():\n    from nodes import spec\n"
+        "from .render import render_memories\n"
+    )
+    names = imported_names(source, "retrieval")
+    assert {"common.errors", "storage.memories", "nodes", "nodes.spec", "retrieval.render"} <= names
+    assert {resolve(n) for n in names} >= {"common.errors", "storage.memories", "nodes.spec", "retrieval.render"}
+
+
+def test_architecture_document_places_every_package() -> None:
+    document = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = [package for package in RANK if f"`{package}/`" not in document and f"`{package}.py`" not in document]
+    assert missing == [], f"docs/ARCHITECTURE.md does not place {missing}"
