@@ -70,14 +70,19 @@ def run(clients: int, total: int) -> str:
         per_client = total // clients
         threads = [threading.Thread(target=client_loop, args=(base, c, per_client, results, errors,
                                                               acknowledged, lock)) for c in range(clients)]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall = time.perf_counter() - started
+        wall = run_threads(threads)
         lost = count_lost(base, acknowledged)
     return report(results, errors, lost, wall, clients)
+
+
+def run_threads(threads: list[threading.Thread]) -> float:
+    """Start every client thread, wait for all of them, and return the wall time in seconds."""
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
 
 
 def count_lost(base: str, acknowledged: dict[int, list[int]]) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 import requests
 
+from bench.load import run_threads
 from tests.conftest import free_port, wait_for_port
 from tests.redis_support import redis_server, replicas
 
@@ -125,12 +126,7 @@ def storm(urls: list[str], agent: str, turns: int, shared: bool) -> dict[str, fl
         http.close()
 
     threads = [threading.Thread(target=client, args=(number,)) for number in range(CLIENTS)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
+    wall = run_threads(threads)
     lost = 0
     for session, texts in acked.items():
         state = requests.post(f"{urls[0]}/v1/nodes/session_state", json={"agent_id": agent, "session_id": session},
