@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from common.models import Memory, Message, Namespace
 from storage.memories import MemoryRepository
 from storage.memory_rows import new_memory_id
+
+log = logging.getLogger("acn.archive")
 
 # One archived row holds at most this much of a message; longer messages span several rows.
 ARCHIVE_CHUNK_CHARS = 8000
@@ -25,6 +28,13 @@ class ArchivedTurn(Protocol):
 def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
                   turns: Sequence[ArchivedTurn]) -> list[str]:
     """Store every message of the turns verbatim as `turn` memories before they leave the buffer."""
+    return archive_new_turns(memories, tenant, namespace, turns, track=False)[0]
+
+
+def archive_new_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
+                      turns: Sequence[ArchivedTurn], *, track: bool = True) -> tuple[list[str], set[str]]:
+    """Archive the turns; return every row id and the ids this call created (the rows to discard if the turn's
+    commit is then refused)."""
     rows: list[Memory] = []
     for turn in turns:
         for index, message in enumerate(turn.messages):
@@ -33,8 +43,23 @@ def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
     # rows instead of adding duplicates.
     rows = [row.model_copy(update={"id": archive_id(tenant, row, memories.digest)}) for row in rows]
     ids = [row.id for row in rows]
-    memories.save(tenant, rows, new_ids=memories.absent_archive_ids(tenant, namespace, ids))
-    return ids
+    # Lite: the ids its cache knows to be new (inserted, not upserted). A server: the ids no row holds yet, asked
+    # only by record_turn (`track`), whose refused commit must take exactly those back.
+    created = (memories.new_ids(tenant, namespace, ids) if track
+               else memories.absent_archive_ids(tenant, namespace, ids))
+    memories.save(tenant, rows, new_ids=created)
+    return ids, created
+
+
+def discard_archive(memories: MemoryRepository, tenant: str, created: set[str]) -> None:
+    """Delete archive rows a failed turn created; a failure here is logged, never raised over the first error."""
+    if not created:
+        return
+    try:
+        memories.delete_ids(tenant, sorted(created))
+    except Exception as error:  # the turn's own error is the one the caller must see
+        log.warning("could not discard the archive rows of a refused turn",
+                    extra={"rows": len(created), "error": type(error).__name__})
 
 
 def archive_rows(namespace: Namespace, turn: int, index: int, message: Message, now: int) -> list[Memory]:

@@ -21,7 +21,7 @@ from compaction.limits import check_work
 from compaction.segments import group_turns
 from compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
 from editing.edit import Edit, EditRules, edit_messages, redact_message
-from memory.archive import archive_turns
+from memory.archive import archive_new_turns, discard_archive
 from memory.items import MemoryItem, WriteResult
 from memory.write import extracted_items, write_items
 from nodes.spec import Description, NodeSpec
@@ -79,13 +79,20 @@ def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
             raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
                                 "reload and retry")
         incoming = numbered(request.messages, state.turn, request.redact_pii)
-        archived = archive_turns(deps.memories, deps.tenant, request, group_turns(incoming, state.turn + 1))
-        buffer, edits = edited_buffer(request, [*state.buffer, *incoming], deps)
-        turn = max(m.turn or 0 for m in incoming)
-        state = state.model_copy(update={"buffer": buffer, "turn": turn, "archived_turn": turn})
-        memories = write_memories(request, incoming, deps) if request.extract else []
-        state, compaction = maybe_compact(request, state, deps)
-        saved = sessions.commit(deps.tenant, request, state, reason="record_turn")
+        archived, created = archive_new_turns(deps.memories, deps.tenant, request,
+                                              group_turns(incoming, state.turn + 1))
+        try:
+            buffer, edits = edited_buffer(request, [*state.buffer, *incoming], deps)
+            turn = max(m.turn or 0 for m in incoming)
+            state = state.model_copy(update={"buffer": buffer, "turn": turn, "archived_turn": turn})
+            memories = write_memories(request, incoming, deps) if request.extract else []
+            state, compaction = maybe_compact(request, state, deps)
+            saved = sessions.commit(deps.tenant, request, state, reason="record_turn")
+        except Exception:
+            # A turn whose commit is refused (409 lease_lost on a stalled replica, 503) was never recorded: its
+            # archive rows would otherwise be served by recall, and twice once the client retries.
+            discard_archive(deps.memories, deps.tenant, created)
+            raise
     tokens = sum(deps.tokenizer.count_message(m) for m in saved.buffer)
     return RecordTurnResponse(version=saved.version, turn=turn, buffer_messages=len(saved.buffer),
                               buffer_tokens=tokens, archived_ids=archived, edits=edits, memories=memories,

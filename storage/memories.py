@@ -240,6 +240,15 @@ class MemoryRepository:
         order = {memory_id: index for index, memory_id in enumerate(ids)}
         return sorted((from_record(r) for r in rows), key=lambda m: order[m.id])
 
+    def new_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
+        """Return the ids among `ids` that no row of this tenant holds yet: the Lite cache's answer when there is
+        one (certain, no query), else one query of the store."""
+        if self.cache is not None or not ids:
+            return self.absent_archive_ids(tenant, namespace, ids)
+        where = Filter("tenant == {t} and id in {ids}", {"t": tenant, "ids": list(ids)})
+        rows = self.store.query(self.spec.name, where, fields=["id"], limit=len(ids))
+        return set(ids) - {str(row["id"]) for row in rows}
+
     def taken_elsewhere(self, tenant: str, ids: list[str]) -> list[str]:
         """Return those of ids that another tenant's rows hold (the primary key is the id alone, in every tenant)."""
         if not ids:

@@ -32,6 +32,8 @@ MAX_VARCHAR = 65535
 MAX_WINDOW = 16384
 # A Lite file is flushed once writes pause this long (a chat's turns are seconds apart).
 QUIET_SECONDS = 0.2
+# How long a start waits for another replica's concurrent creation of the same collection to become visible.
+ENSURE_RACE_SECONDS = 30.0
 # gRPC keepalive that every store accepts. pymilvus pings every 10 s even with no call in flight; a Milvus server
 # (Go: keepalive.EnforcementPolicy{MinTime: 5s, PermitWithoutStream: true}) allows that, but Milvus Lite's server
 # (grpcio with its defaults: no pings without calls, at most one per 5 min, 2 strikes) answers the third idle ping
@@ -151,25 +153,46 @@ class MilvusStore(MemoryStore):
                 # The C++ Lite accepts a partition-key schema but then rejects every filter on the collection
                 # ("Invalid expr", primary_key_offset == -1): the key only spreads rows, so go without it.
                 spec = replace(spec, partition_key=None)
-            try:
-                if not client.has_collection(spec.name):
-                    schema, index = _build_schema(client, spec)
-                    kwargs: dict[str, Any] = {"schema": schema}
-                    if spec.partition_key:
-                        kwargs["num_partitions"] = 16
-                    client.create_collection(spec.name, **kwargs)
-                    # pymilvus polls a new index every 0.5 s, so waiting costs half a second per collection at
-                    # a Lite file's first start, where the index is ready at once; a server's build is waited for.
-                    client.create_index(spec.name, index, sync=self.is_server)
-                # Collections come back released after a restart (STORAGE.md #3); loading is idempotent.
-                client.load_collection(spec.name)
-            except MilvusException as error:
-                raise StoreUnavailableError(f"cannot prepare collection {spec.name}: {error.message}") from error
+            deadline = time.monotonic() + ENSURE_RACE_SECONDS
+            while True:
+                try:
+                    self._ensure_once(client, spec)
+                    break
+                except MilvusException as error:
+                    # Replicas starting together against a new Milvus race to create the same collection: the
+                    # loser hears "already exists", or loads before the winner's index is there. Retry until the
+                    # winner's work is visible; anything else (or past the deadline) is the store's failure.
+                    if time.monotonic() < deadline and self._has_collection_quietly(client, spec.name):
+                        time.sleep(0.25)
+                        continue
+                    raise StoreUnavailableError(f"cannot prepare collection {spec.name}: {error.message}") from error
             self._collections.add(spec.name)
             # Embedded Lite (3.x and the C++ 2.x) never evaluates templates; probing the C++ one costs ~20 s of
             # pymilvus retries on its parse error.
             if not self._templates and self.is_server:
                 self._templates = self._probe_templates(spec.name)
+
+    def _ensure_once(self, client: MilvusClient, spec: CollectionSpec) -> None:
+        schema, index = _build_schema(client, spec)
+        if not client.has_collection(spec.name):
+            kwargs: dict[str, Any] = {"schema": schema}
+            if spec.partition_key:
+                kwargs["num_partitions"] = 16
+            client.create_collection(spec.name, **kwargs)
+        # Also when the collection exists without its indexes: a start that died between the two calls.
+        if not client.list_indexes(spec.name):
+            # pymilvus polls a new index every 0.5 s, so waiting costs half a second per collection at a Lite
+            # file's first start, where the index is ready at once; a server's build is waited for.
+            client.create_index(spec.name, index, sync=self.is_server)
+        # Collections come back released after a restart (STORAGE.md #3); loading is idempotent.
+        client.load_collection(spec.name)
+
+    @staticmethod
+    def _has_collection_quietly(client: MilvusClient, name: str) -> bool:
+        try:
+            return bool(client.has_collection(name))
+        except MilvusException:
+            return False
 
     def exists(self, collection: str) -> bool:
         return bool(self._call(lambda c: c.has_collection(collection)))

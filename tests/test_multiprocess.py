@@ -194,16 +194,17 @@ def test_sigkill_of_a_replica_mid_storm_loses_no_acknowledged_turn(cluster: Clus
             victim.wait()
 
 
-def test_a_replica_paused_past_its_lease_cannot_commit_late(cluster: Cluster, fake_llm: FakeLLM) -> None:
-    # The paused replica holds the session's lease while it waits for a (slow) LLM compaction.
+def commit_while_paused(cluster: Cluster, fake_llm: FakeLLM, path: str, body: dict[str, Any],
+                        agent: str) -> tuple[dict[str, Any], str]:
+    """Send `body` to a fresh replica that stalls in a slow LLM compaction while holding the session's lease; pause
+    it past the lease (SIGSTOP), let another replica write turn 4, resume it; return its late answer and the other
+    replica's URL. The session first gets three turns through the other replica."""
     fake_llm.reply_slow(4.0, {"segments": []})
     port = free_port()
     paused = start_replica(cluster.milvus_uri, port, ACN_REDIS_URL=cluster.redis.url, ACN_REDIS_LEASE_MS="1000",
                            ACN_LLM_BASE_URL=fake_llm.base_url, ACN_LLM_TIMEOUT_SECONDS="30",
                            ACN_LLM_RETRIES="0")
     other = cluster.servers[0][0]
-    agent = unique("paused")
-    ns = {"agent_id": agent, "session_id": "s"}
     try:
         wait_for_port(port, timeout=90, process=paused)
         for index in range(3):
@@ -212,12 +213,11 @@ def test_a_replica_paused_past_its_lease_cannot_commit_late(cluster: Cluster, fa
                                  json=turn_body(agent, "s", text)).status_code == 200
         late: dict[str, Any] = {}
 
-        def compact() -> None:
-            answer = requests.post(f"http://127.0.0.1:{port}/v1/nodes/compact", timeout=60, json={
-                **ns, "force": True, "keep_recent": 0, "engine": "llm"})
+        def send() -> None:
+            answer = requests.post(f"http://127.0.0.1:{port}{path}", timeout=60, json=body)
             late["status"], late["body"] = answer.status_code, answer.json()
 
-        waiter = threading.Thread(target=compact)
+        waiter = threading.Thread(target=send)
         waiter.start()
         deadline = time.monotonic() + 30
         while not fake_llm.requests and time.monotonic() < deadline:
@@ -232,12 +232,36 @@ def test_a_replica_paused_past_its_lease_cannot_commit_late(cluster: Cluster, fa
         finally:
             os.kill(paused.pid, signal.SIGCONT)
         waiter.join(timeout=60)
-        assert late["status"] == 409 and late["body"]["code"] == "lease_lost", late
-        texts, versions, latest = stored(other, agent, "s")
-        assert latest == 4 and versions == [1, 2, 3, 4]
-        assert texts[-1] == "written while the other replica was paused"
+        return late, other
     finally:
         if paused.poll() is None:
             os.kill(paused.pid, signal.SIGCONT)
             paused.terminate()
             paused.wait(timeout=30)
+
+
+def test_a_replica_paused_past_its_lease_cannot_commit_late(cluster: Cluster, fake_llm: FakeLLM) -> None:
+    agent = unique("paused")
+    body = {"agent_id": agent, "session_id": "s", "force": True, "keep_recent": 0, "engine": "llm"}
+    late, other = commit_while_paused(cluster, fake_llm, "/v1/nodes/compact", body, agent)
+    assert late["status"] == 409 and late["body"]["code"] == "lease_lost", late
+    texts, versions, latest = stored(other, agent, "s")
+    assert latest == 4 and versions == [1, 2, 3, 4]
+    assert texts[-1] == "written while the other replica was paused"
+
+
+def test_a_turn_refused_late_leaves_no_archive_rows(cluster: Cluster, fake_llm: FakeLLM) -> None:
+    # record_turn archives the turn's raw messages before its commit; a refused commit must take them back, or
+    # recall serves a turn the session never recorded (and twice once the client retries).
+    agent = unique("paused-turn")
+    marker = "ZEBRA7731 refused late"
+    body = {**turn_body(agent, "s", marker), "compact": True,
+            "compaction": {"engine": "llm", "context_window": 256, "trigger_ratio": 0.1, "segment_size": 1,
+                           "keep_recent": 0, "wait_for_segment": False}}
+    late, other = commit_while_paused(cluster, fake_llm, "/v1/nodes/record_turn", body, agent)
+    assert late["status"] == 409 and late["body"]["code"] == "lease_lost", late
+    texts, _, latest = stored(other, agent, "s")
+    assert latest == 4 and marker not in texts
+    found = requests.post(f"{other}/v1/nodes/memory_retrieve", timeout=30, json={
+        "agent_id": agent, "session_id": "s", "query": "ZEBRA7731", "kinds": ["turn"], "top_k": 20}).json()
+    assert found["ok"] and [m for m in found["memories"] if "ZEBRA7731" in m["content"]] == []
