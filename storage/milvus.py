@@ -34,6 +34,8 @@ MAX_WINDOW = 16384
 QUIET_SECONDS = 0.2
 # How long a start waits for another replica's concurrent creation of the same collection to become visible.
 ENSURE_RACE_SECONDS = 30.0
+# How long any error preparing a collection is retried before it counts (the winner may not be visible yet).
+ENSURE_RETRY_SECONDS = 3.0
 # gRPC keepalive that every store accepts. pymilvus pings every 10 s even with no call in flight; a Milvus server
 # (Go: keepalive.EnforcementPolicy{MinTime: 5s, PermitWithoutStream: true}) allows that, but Milvus Lite's server
 # (grpcio with its defaults: no pings without calls, at most one per 5 min, 2 strikes) answers the third idle ping
@@ -153,16 +155,19 @@ class MilvusStore(MemoryStore):
                 # The C++ Lite accepts a partition-key schema but then rejects every filter on the collection
                 # ("Invalid expr", primary_key_offset == -1): the key only spreads rows, so go without it.
                 spec = replace(spec, partition_key=None)
-            deadline = time.monotonic() + ENSURE_RACE_SECONDS
+            started = time.monotonic()
             while True:
                 try:
                     self._ensure_once(client, spec)
                     break
                 except MilvusException as error:
                     # Replicas starting together against a new Milvus race to create the same collection: the
-                    # loser hears "already exists", or loads before the winner's index is there. Retry until the
-                    # winner's work is visible; anything else (or past the deadline) is the store's failure.
-                    if time.monotonic() < deadline and self._has_collection_quietly(client, spec.name):
+                    # loser hears "already exists" (a Lite server: "[Errno 17] File exists" while the winner is
+                    # still writing it), or loads before the winner's index is there. Retry briefly whatever the
+                    # error, and up to ENSURE_RACE_SECONDS once the collection is visible; then it is the store's.
+                    waited = time.monotonic() - started
+                    if waited < ENSURE_RETRY_SECONDS or (
+                            waited < ENSURE_RACE_SECONDS and self._has_collection_quietly(client, spec.name)):
                         time.sleep(0.25)
                         continue
                     raise StoreUnavailableError(f"cannot prepare collection {spec.name}: {error.message}") from error

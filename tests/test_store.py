@@ -31,8 +31,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MilvusStor
     opened.close()
 
 
-def repo_for(store: MilvusStore, dense: bool = False) -> MemoryRepository:
-    prefix = "t" + uuid.uuid4().hex[:8]
+def repo_for(store: MilvusStore, dense: bool = False, prefix: str | None = None) -> MemoryRepository:
+    prefix = prefix or "t" + uuid.uuid4().hex[:8]
     repository = MemoryRepository(store, prefix=prefix, embedder=HashEmbedder() if dense else None)
     repository.open()
     return repository
@@ -224,3 +224,35 @@ def test_one_per_text_keeps_the_best_copy_and_the_newest_of_equal_ones() -> None
     kept = one_per_text(list(zip(made, scores, strict=True)), 3)
     assert [(m.content, m.updated_at, score) for m, score in kept] == [
         ("refund", 3, 0.9), ("other", 2, 0.8), ("third", 4, 0.7)]  # an older "other" scored higher: it stays
+
+
+def test_replicas_preparing_the_same_new_collection_at_once_all_start(lite_server: str) -> None:
+    # Replicas started together on a new Milvus each see "no collection" and create it: all but one heard
+    # "collection already exists" and stopped (exit 2) before ensure() retried until the winner's work showed.
+    stores = [MilvusStore(lite_server, flush_every=50, flush_interval=1.0).open() for _ in range(4)]
+    prefix = "race" + uuid.uuid4().hex[:8]
+    barrier = threading.Barrier(len(stores))
+    failures: list[BaseException] = []
+
+    def prepare(store: MilvusStore) -> None:
+        barrier.wait()
+        try:
+            MemoryRepository(store, prefix=prefix, embedder=None).open()
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            failures.append(error)
+
+    threads = [threading.Thread(target=prepare, args=(store,)) for store in stores]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert failures == []
+        repository = repo_for(stores[0], prefix=prefix)
+        ns = Namespace(agent_id="a", session_id="s")
+        memories_of(ns, ["prepared once"], repository)
+        assert [m.content for m in repository.find("t1", live_filter(False), limit=10)] == ["prepared once"]
+    finally:
+        for store in stores:
+            store.close()
+
