@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from common.errors import ProviderError, ProviderTimeoutError
 from common.models import Memory, Namespace
 from providers.embedders import Embedder
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
@@ -27,6 +28,10 @@ MEMORY_FIELDS = {
     "superseded_by": "varchar", "turn_from": "int64", "turn_to": "int64", "doc": "json",
 }
 OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
+# A collection with vectors holds this flag: 1 once a row's vector is its text's, 0 while the row waits in the
+# embedding backlog (storage/embedding_backlog.py) with PENDING_VECTOR. Dense search reads only flagged rows.
+EMBEDDED_FIELD = "embedded"
+EMBEDDED = Filter("embedded == 1")
 NO_TURN = -1
 # The store's query window: a session archive larger than this is read from the store each time.
 QUERY_WINDOW = 16384
@@ -60,18 +65,26 @@ class Scored:
     dense_rank: int | None = None  # 1-based position in the dense list
 
 
-def memory_spec(prefix: str, dense_dim: int, *, sealed: bool = False) -> CollectionSpec:
+def memory_spec(prefix: str, dense_dim: int, *, sealed: bool = False, flagged: bool = True) -> CollectionSpec:
     """Return the memories collection spec; an embedder's dimension is part of the collection name.
 
     Sealed (encrypted at rest, storage/sealed.py): another collection, whose BM25 field holds hashed tokens and
-    which has a field for the ciphertext.
+    which has a field for the ciphertext. With a dimension, the EMBEDDED_FIELD flag too (flagged=False: a
+    collection created before the flag existed).
     """
     name = f"{prefix}_memories" + (f"_d{dense_dim}" if dense_dim else "") + ("_sealed" if sealed else "")
+    fields = {**MEMORY_FIELDS, **({EMBEDDED_FIELD: "int64"} if dense_dim and flagged else {})}
     if not sealed:
-        return CollectionSpec(name=name, scalar_fields=MEMORY_FIELDS, text_field="content",
+        return CollectionSpec(name=name, scalar_fields=fields, text_field="content",
                               dense_dim=dense_dim, partition_key="tenant")
-    return CollectionSpec(name=name, scalar_fields={**MEMORY_FIELDS, CIPHER_FIELD: "varchar"}, text_field="content",
+    return CollectionSpec(name=name, scalar_fields={**fields, CIPHER_FIELD: "varchar"}, text_field="content",
                           dense_dim=dense_dim, partition_key="tenant", analyzer="hashed")
+
+
+def pending_vector(dim: int) -> list[float]:
+    """Return the vector a row holds until its own is computed: a unit vector (a zero vector has no cosine; some
+    engines refuse one). Never compared: dense search filters on EMBEDDED."""
+    return [1.0] + [0.0] * (dim - 1)
 
 
 def to_record(memory: Memory, tenant: str, vector: list[float] | None) -> Record:
@@ -168,8 +181,16 @@ class MemoryRepository:
     """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
-                 index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None) -> None:
+                 index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
+                 embed_later: bool = False) -> None:
         self.embedder = embedder
+        # embed_later: rows are written with PENDING_VECTOR and EMBEDDED 0, and on_pending hears of them (the
+        # backlog worker embeds them); write_order keeps each save and each vector fill whole, in store order.
+        self.embed_later = embed_later and embedder is not None
+        self.flagged = embedder is not None
+        self.on_pending: Callable[[str, list[tuple[str, str]]], None] | None = None
+        self.write_order = threading.RLock()
+        self._prefix = prefix
         # With a sealer (ACN_ENCRYPTION_KEY) rows are encrypted at rest: the store wrapper seals and opens them,
         # so everything here, the in-process index included, works on plain rows.
         self.sealer = sealer
@@ -229,6 +250,13 @@ class MemoryRepository:
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
         self.store.ensure(self.spec)
+        names = self.store.field_names(self.spec.name) if self.flagged else None
+        if names is not None and EMBEDDED_FIELD not in names:
+            # Written before rows could wait for vectors (no flag field): embed on the request path, as then.
+            log.warning("collection %s has no %s field: rows are embedded as they are written",
+                        self.spec.name, EMBEDDED_FIELD)
+            self.flagged = self.embed_later = False
+            self.spec = memory_spec(self._prefix, self.spec.dense_dim, sealed=self.sealer is not None, flagged=False)
         problem = sealing_problem(self._raw_store, self.spec, self._twin, self.sealer)
         if problem is not None:
             log.error("memories refused: %s", problem.message)
@@ -273,17 +301,24 @@ class MemoryRepository:
         Ids in new_ids are known not to exist yet and are inserted without the upsert's lookup.
         """
         vectors: list[list[float] | None] = [None] * len(memories)
-        if self.embedder and memories:
+        if self.embedder and memories and not self.embed_later:
             vectors = list(self.embedder.embed_batch([m.content for m in memories]))
         records = [to_record(m, tenant, v) for m, v in zip(memories, vectors, strict=True)]
+        if self.flagged:
+            for record in records:
+                record[EMBEDDED_FIELD] = int("dense" in record)
+                record.setdefault("dense", pending_vector(self.spec.dense_dim))
         fresh = new_ids or set()
-        try:
-            self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
-            self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
-        except BaseException:
-            self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
-            raise
-        self._after_save(tenant, memories, records, fresh)
+        with self.write_order:
+            try:
+                self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
+                self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
+            except BaseException:
+                self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
+                raise
+            self._after_save(tenant, memories, records, fresh)
+        if self.embed_later and memories and self.on_pending is not None:
+            self.on_pending(tenant, [(m.id, m.content) for m in memories])
 
     def delete_ids(self, tenant: str, ids: list[str]) -> None:
         """Delete memories by id within a tenant."""
@@ -545,18 +580,20 @@ class MemoryRepository:
         if not query.strip():
             return []
         index = self._local_index(tenant, within, flt) if within is not None else None
-        vector = self.embedder.embed(query) if self.embedder else None
+        vector = self._query_vector(query)
+        dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit
         if index is not None:
             text_hits = index.search_text(text_query or query, flt, text_limit, distinct=distinct)
-            dense_hits = index.search_dense(vector, flt, vector_limit, distinct=distinct) if vector is not None else []
+            dense_hits = index.search_dense(vector, dense_flt, vector_limit, distinct=distinct) \
+                if vector is not None else []
         else:
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
             text_hits = self._store_hits(self.store.search_text(
                 self.spec.name, text_query or query, limit=min(text_limit * fetch, QUERY_WINDOW), where=flt,
                 fields=OUTPUT_FIELDS))
             dense_hits = self._store_hits(self.store.search_dense(
-                self.spec.name, vector, limit=min(vector_limit * fetch, QUERY_WINDOW), where=flt,
+                self.spec.name, vector, limit=min(vector_limit * fetch, QUERY_WINDOW), where=dense_flt,
                 fields=OUTPUT_FIELDS)) if vector is not None else []
             if distinct:
                 text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
@@ -569,6 +606,22 @@ class MemoryRepository:
                                       dense=score, bm25_rank=previous.bm25_rank if previous else None,
                                       dense_rank=position)
         return list(found.values())
+
+    def _query_vector(self, query: str) -> list[float] | None:
+        """Return the query's vector; None without an embedder, or when a remote one fails (BM25 answers alone)."""
+        if self.embedder is None:
+            return None
+        try:
+            return self.embedder.embed_query(query)
+        except (ProviderError, ProviderTimeoutError) as error:
+            log.warning("query not embedded, searching by text only: %s", error.message)
+            return None
+
+    def vectors_filled(self, tenant: str, records: list[Record]) -> None:
+        """Put rows whose vectors the backlog just wrote into this process's indexes (call under write_order)."""
+        if self._exclusive and records:
+            with self._cache_lock:
+                self._index_saved(tenant, [from_record(r) for r in records], records)
 
     @staticmethod
     def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:
@@ -603,7 +656,7 @@ class MemoryRepository:
             self._loading[key] = []
             epoch = self._epoch
         try:
-            fields = OUTPUT_FIELDS + (["dense"] if self.embedder else [])
+            fields = OUTPUT_FIELDS + (["dense"] if self.embedder else []) + ([EMBEDDED_FIELD] if self.flagged else [])
             rows = self.store.query(self.spec.name, tenant_filter(tenant).and_(group_filter(*key[1:])),
                                     fields=fields, limit=QUERY_WINDOW)
             index = LocalIndex(self.spec.dense_dim)
