@@ -14,6 +14,7 @@ from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
 from providers.rerank import Reranker
 from services.deps import Deps
+from services.slots import WorkSlots
 from storage.crypto import SnapshotCipher
 from storage.embedding_backlog import EmbeddingBacklog
 from storage.memories import MemoryRepository
@@ -51,6 +52,7 @@ class Runtime:
     sessions: SessionRepository
     chat: ChatClient | None = None
     llm_gate: LlmGate | None = None
+    compaction_slots: WorkSlots | None = None
     backlog: EmbeddingBacklog | None = None
     reranker: Reranker | None = None
     _closed: threading.Event = field(default_factory=threading.Event)
@@ -96,8 +98,9 @@ class Runtime:
         # The LLM is optional: with no base URL configured, compaction stays extractive.
         chat = ChatClient.from_settings(settings)
         runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
-                      chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent), backlog=backlog,
-                      reranker=reranker)
+                      chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent),
+                      compaction_slots=WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds),
+                      backlog=backlog, reranker=reranker)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
@@ -105,7 +108,7 @@ class Runtime:
         """Return the dependencies a node call gets, for one tenant."""
         return Deps(settings=self.settings, tokenizer=self.tokenizer, tenant=tenant, store=self.store,
                     memory_repository=self.memories, session_repository=self.sessions, chat=self.chat,
-                    llm_gate=self.llm_gate, reranker=self.reranker)
+                    llm_gate=self.llm_gate, compaction_slots=self.compaction_slots, reranker=self.reranker)
 
     def close(self) -> None:
         """Flush and close the store once; safe to call from a signal handler and atexit."""

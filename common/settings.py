@@ -155,6 +155,26 @@ class Settings(StrictModel):
     llm_timeout_seconds: float = Field(default=20.0, gt=0, description="Timeout of one LLM call.")
     llm_retries: int = Field(default=1, ge=0, le=5, description="Retries of a failed LLM call before fallback.")
     max_body_bytes: int = Field(default=2_000_000, gt=0, description="Largest accepted request body, in bytes.")
+    max_compact_messages: int = Field(
+        default=1000, ge=1,
+        description=("Most messages one request may have compacted: a stateless compact or a record_turn with more is "
+                     "refused (422 too_much_work); the session buffer is compacted this much at a time, oldest first."),
+    )
+    max_compact_chars: int = Field(
+        default=100_000, ge=1,
+        description="Most characters of message text one request may have compacted (as ACN_MAX_COMPACT_MESSAGES).",
+    )
+    compaction_concurrency: int = Field(
+        default=2, ge=1, le=64,
+        description=("Extractive compactions one process runs at once (they are CPU-bound; the rest of the request "
+                     "threads stay free for retrieval and assembly)."),
+    )
+    compaction_wait_seconds: float = Field(
+        default=2.0, ge=0, le=60,
+        description=("How long a compaction waits for a free slot (at most ACN_COMPACTION_CONCURRENCY wait; more are "
+                     "refused at once): then compact answers 503 busy with Retry-After, and record_turn records the "
+                     "turn and leaves its compaction to a later turn."),
+    )
     flush_every_writes: int = Field(
         default=200, gt=0,
         description="Flush a collection once this many writes to it wait (Lite searches unflushed rows slowly).",

@@ -30,7 +30,8 @@ from collections import OrderedDict
 from typing import Any
 
 from storage.base import Filter, Record
-from storage.memories import EMBEDDED_FIELD, OUTPUT_FIELDS, MemoryRepository
+from storage.memories import MemoryRepository
+from storage.memory_rows import EMBEDDED_FIELD, OUTPUT_FIELDS
 
 log = logging.getLogger("acn.embedding")
 PENDING = Filter("embedded == 0")

@@ -422,7 +422,7 @@ def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]
 
 def _release_lite(path: str) -> None:
     """Stop the embedded Lite server of a file: closes its database and lock, not only our connection."""
-    from milvus_lite.server_manager import server_manager_instance  # type: ignore[import-untyped]
+    from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_server(path)
 

@@ -19,7 +19,8 @@ from providers.embedders import Embedder, HashEmbedder
 from server import create_app
 from storage.base import Filter
 from storage.embedding_backlog import EmbeddingBacklog
-from storage.memories import EMBEDDED_FIELD, MemoryRepository, memory_spec, pending_vector
+from storage.memories import MemoryRepository
+from storage.memory_rows import EMBEDDED_FIELD, memory_spec, pending_vector
 from storage.milvus import MilvusStore
 from tests.conftest import ROOT, make_settings, post
 
