@@ -45,8 +45,7 @@ from typing import Any
 from bench import locomo, zh_daily
 from bench.baselines import BM25Baseline, Context, Turn, _context, _pack, window_context
 from bench.progress import progress
-from bench.scoring import Outcome, collect_ids, fold
-from common.settings import Settings
+from bench.scoring import Outcome, fold
 from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 
 SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily")
@@ -207,32 +206,11 @@ class DenseBaseline:
                         question)
 
 
-class Ours:
-    """The product in process: an app on its own Milvus Lite store, fed and asked through the nodes."""
+class Ours(locomo.OurSystem):
+    """The product in process: an app on its own Milvus Lite store, fed and asked through the nodes (focused mode)."""
 
     def __init__(self, folder: Path, embedder_name: str, cache: Path) -> None:
-        from server import create_app
-
-        self.app = create_app(Settings(milvus_uri=str(folder / "memory.db"), embedder=embedder_name,
-                                       cache_dir=str(cache), log_level="WARNING"))
-        self.client = self.app.test_client()
-
-    def record(self, namespace: dict[str, str], turn: list[locomo.Line]) -> None:
-        response = self.client.post("/v1/nodes/record_turn",
-                                    json={**namespace, "messages": [locomo.message(line) for line in turn]})
-        assert response.status_code == 200, response.get_data(as_text=True)
-
-    def ask(self, namespace: dict[str, str], question: str, budget: int) -> tuple[str, set[str], int, float]:
-        started = time.perf_counter()
-        response = self.client.post("/v1/nodes/assemble", json={**namespace, "max_tokens": budget, "mode": "focused",
-                                                                  "user_input": question})
-        elapsed = (time.perf_counter() - started) * 1000
-        assert response.status_code == 200, response.get_data(as_text=True)
-        body = response.get_json()
-        return body["prompt"], collect_ids(body["sources"], "dia_id"), body["tokens"]["total"], elapsed
-
-    def close(self) -> None:
-        self.app.extensions["acn"].close()
+        super().__init__(folder, embedder_name, "focused", cache=cache)
 
 
 @dataclass(frozen=True)
