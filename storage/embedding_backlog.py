@@ -27,7 +27,6 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
 
 from storage.base import Filter, Record
 from storage.memories import MemoryRepository
@@ -234,9 +233,3 @@ class EmbeddingBacklog:
 def _rows_of(tenant: str, ids: list[str]) -> Filter:
     return Filter("tenant == {bt} and id in {bids}", {"bt": tenant, "bids": ids})
 
-
-def status(backlog: EmbeddingBacklog | None) -> dict[str, Any]:
-    """What /healthz may show of the backlog."""
-    if backlog is None:
-        return {"background": False}
-    return {"background": True, "queued": backlog.queued(), "filled": backlog.filled}
