@@ -78,8 +78,9 @@ class Runtime:
             if embedder is not None:  # the model's first call (~0.4 s for e5) is paid here, not by a request
                 threading.Thread(target=_warm, args=(embedder,), name="acn-embed-warm", daemon=True).start()
             embed_later = embeds_in_background(settings, embedder)
-            if embed_later and not store.partial_updates:
+            if embed_later and store.is_server and not store.partial_updates:
                 # Filling a vector would rewrite whole rows, which another process may be writing (Milvus < 2.6).
+                # (A Lite file has one writer process: whole rows rewritten under the repository's write order.)
                 log.warning("this Milvus server has no partial updates: rows are embedded as they are written")
                 embed_later = False
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,

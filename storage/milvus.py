@@ -207,14 +207,8 @@ class MilvusStore(MemoryStore):
     @property
     def partial_updates(self) -> bool:
         """True when the engine updates some fields of a row and leaves the others (Lite 3, Milvus >= 2.6)."""
-        if not self.is_server:
-            return True
         if self._partial is None:
-            version = str(self._call(lambda c: c.get_server_version())).lstrip("v").split(".")
-            try:
-                self._partial = (int(version[0]), int(version[1])) >= (2, 6)
-            except (ValueError, IndexError):
-                self._partial = False
+            self._partial = partial_updates_in(str(self._call(lambda c: c.get_server_version())))
         return self._partial
 
     def field_names(self, collection: str) -> set[str] | None:
@@ -417,6 +411,18 @@ class SharedLock:
             with self._condition:
                 self._exclusive = False
                 self._condition.notify_all()
+
+
+def partial_updates_in(version: str) -> bool:
+    """Whether an engine of this version takes partial upserts: "milvus_lite-3.2.2" (Lite 3) and "v2.6.0" on do;
+    the C++ Lite 2.5 and Milvus 2.5 servers do not, nor does anything unparsable."""
+    try:
+        if version.startswith("milvus_lite-"):
+            return int(version.removeprefix("milvus_lite-").split(".")[0]) >= 3
+        major, minor = version.lstrip("v").split(".")[:2]
+        return (int(major), int(minor.split("-")[0])) >= (2, 6)
+    except ValueError:
+        return False
 
 
 def _is_released(error: MilvusException) -> bool:
