@@ -223,6 +223,8 @@ def test_the_server_embeds_recorded_turns_in_the_background(tmp_path: Path) -> N
         assert runtime.backlog.drain(timeout=30)
         rows = stored(runtime.memories)
         assert rows and {row[EMBEDDED_FIELD] for row in rows.values()} == {1}
+        scraped = client.get("/metrics").get_data(as_text=True)  # an operator sees the backlog and its progress
+        assert "acn_embedding_backlog 0.0" in scraped and f"acn_embedded_rows {float(len(rows))}" in scraped
     finally:
         runtime.close()
 
