@@ -73,6 +73,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.extensions["acn"] = runtime
     app.extensions["acn_metrics"] = Metrics()
+    if runtime.backlog is not None:
+        backlog = runtime.backlog
+        app.extensions["acn_metrics"].watch_backlog(backlog.queued, lambda: backlog.filled)
     nodes = all_nodes()
     app.extensions["acn_nodes"] = nodes
     app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys)

@@ -122,6 +122,9 @@ class OurSystem:
         assert response.status_code == 200, response.get_data(as_text=True)
 
     def ask(self, namespace: dict[str, str], question: str, budget: int) -> tuple[str, set[str], int, float]:
+        backlog = self.app.extensions["acn"].backlog
+        if backlog is not None:  # ACN_EMBEDDER=e5/openai: questions are asked once every recorded row has its vector
+            backlog.drain(timeout=3600)
         started = time.perf_counter()
         response = self.client.post("/v1/nodes/assemble", json={**namespace, "max_tokens": budget,
                                                                   "mode": self.mode, "user_input": question})

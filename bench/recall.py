@@ -15,7 +15,7 @@ Suites, each split by a fixed rule (tune on dev only; a change that helps dev an
 Systems, all under the same budget (cl100k, the chat-format overhead per message, room left for the question):
 - window  the newest whole messages that fit;
 - bm25    rank_bm25 over the raw messages (jieba `cut_for_search` for Chinese, lower case, no punctuation);
-- dense   cosine over the raw messages with a pluggable embedder (providers.embedders: `use`; any registered name);
+- dense   cosine over the raw messages with a pluggable embedder (providers.embedders: `use`, `e5`, any registered);
 - ours    the product: `record_turn` for every message (LoCoMo: per turn), then focused `assemble` with
           user_input = the question, through the app's test client on a Milvus Lite store in a temp folder.
 Baselines pack whole messages by their ranking. Metrics: evidence recall (share of gold messages in the
@@ -177,7 +177,7 @@ _EMBEDDERS: dict[str, Any] = {}
 
 
 def embedder(name: str) -> Any:
-    """Return the named embedder of providers.embedders (one per process; `register_embedder` adds e5 later)."""
+    """Return the named embedder of providers.embedders (one per process): use, e5, hash, or one registered."""
     if name not in _EMBEDDERS:
         from providers.embedders import load_embedder
 
@@ -198,7 +198,7 @@ class DenseBaseline:
     def context(self, question: str, budget: int, tokenizer: Tokenizer) -> Context:
         import numpy as np
 
-        query = np.asarray(self.model.embed(question), dtype="float32")
+        query = np.asarray(self.model.embed_query(question), dtype="float32")  # e5: "query: …", stored "passage: …"
         scores = self._vectors @ (query / max(float(np.linalg.norm(query)), 1e-9))
         ranked = sorted(range(len(self.turns)), key=lambda i: (-float(scores[i]), i))
         room = budget - tokenizer.count(question) - MESSAGE_OVERHEAD_TOKENS

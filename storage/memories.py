@@ -9,11 +9,14 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
+from common.errors import ProviderError, ProviderTimeoutError
 from common.models import Memory, Namespace
 from providers.embedders import Embedder
 from storage.base import Filter, Hit, MemoryStore, Record
 from storage.local_index import DISTINCT_FETCH, LocalIndex
 from storage.memory_rows import (
+    EMBEDDED,
+    EMBEDDED_FIELD,
     OUTPUT_FIELDS,
     QUERY_WINDOW,
     Scored,
@@ -23,6 +26,7 @@ from storage.memory_rows import (
     memory_spec,
     namespace_filter,
     one_per_text,
+    pending_vector,
     session_filter,
     tenant_filter,
     to_record,
@@ -38,8 +42,16 @@ class MemoryRepository:
     """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
-                 index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None) -> None:
+                 index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
+                 embed_later: bool = False) -> None:
         self.embedder = embedder
+        # embed_later: rows are written with pending_vector() and EMBEDDED 0, and on_pending hears of them (the
+        # backlog worker embeds them); write_order keeps each save and each vector fill whole, in store order.
+        self.embed_later = embed_later and embedder is not None
+        self.flagged = embedder is not None
+        self.on_pending: Callable[[str, list[tuple[str, str]]], None] | None = None
+        self.write_order = threading.RLock()
+        self._prefix = prefix
         # With a sealer (ACN_ENCRYPTION_KEY) rows are encrypted at rest: the store wrapper seals and opens them,
         # so everything here, the in-process index included, works on plain rows.
         self.sealer = sealer
@@ -73,6 +85,15 @@ class MemoryRepository:
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
         self.store.ensure(self.spec)
+        names = self.store.field_names(self.spec.name) if self.flagged else None
+        if names is not None and EMBEDDED_FIELD not in names:
+            # Written before rows could wait for vectors (no flag field): embed on the request path, as then.
+            log.warning("collection %s has no %s field: rows are embedded as they are written",
+                        self.spec.name, EMBEDDED_FIELD)
+            self.flagged = self.embed_later = False
+            self.spec = memory_spec(self._prefix, self.spec.dense_dim, sealed=self.sealer is not None, flagged=False)
+        if self.flagged and self.cache is not None:
+            self.cache.extra_fields = [EMBEDDED_FIELD]
         problem = sealing_problem(self._raw_store, self.spec, self._twin, self.sealer)
         if problem is not None:
             log.error("memories refused: %s", problem.message)
@@ -117,17 +138,24 @@ class MemoryRepository:
         Ids in new_ids are known not to exist yet and are inserted without the upsert's lookup.
         """
         vectors: list[list[float] | None] = [None] * len(memories)
-        if self.embedder and memories:
+        if self.embedder and memories and not self.embed_later:
             vectors = list(self.embedder.embed_batch([m.content for m in memories]))
         records = [to_record(m, tenant, v) for m, v in zip(memories, vectors, strict=True)]
+        if self.flagged:
+            for record in records:
+                record[EMBEDDED_FIELD] = int("dense" in record)
+                record.setdefault("dense", pending_vector(self.spec.dense_dim))
         fresh = new_ids or set()
-        try:
-            self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
-            self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
-        except BaseException:
-            self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
-            raise
-        self._after_save(tenant, memories, records, fresh)
+        with self.write_order:
+            try:
+                self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
+                self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
+            except BaseException:
+                self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
+                raise
+            self._after_save(tenant, memories, records, fresh)
+        if self.embed_later and memories and self.on_pending is not None:
+            self.on_pending(tenant, [(m.id, m.content) for m in memories])
 
     def delete_ids(self, tenant: str, ids: list[str]) -> None:
         """Delete memories by id within a tenant."""
@@ -149,6 +177,11 @@ class MemoryRepository:
     def _after_save(self, tenant: str, memories: list[Memory], records: list[Record], fresh: set[str]) -> None:
         if self.cache is not None:
             self.cache.after_save(tenant, memories, records, fresh)
+
+    def vectors_filled(self, tenant: str, records: list[Record]) -> None:
+        """Put rows whose vectors the backlog just wrote into the read cache (call under write_order)."""
+        if self.cache is not None and records:
+            self.cache.vectors_filled(tenant, [from_record(r) for r in records], records)
 
     def _forget_all(self) -> None:
         if self.cache is not None:
@@ -278,18 +311,20 @@ class MemoryRepository:
         if not query.strip():
             return []
         index = self._local_index(tenant, within, flt) if within is not None else None
-        vector = self.embedder.embed(query) if self.embedder else None
+        vector = self._query_vector(query)
+        dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit
         if index is not None:
             text_hits = index.search_text(text_query or query, flt, text_limit, distinct=distinct)
-            dense_hits = index.search_dense(vector, flt, vector_limit, distinct=distinct) if vector is not None else []
+            dense_hits = index.search_dense(vector, dense_flt, vector_limit, distinct=distinct) \
+                if vector is not None else []
         else:
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
             text_hits = self._store_hits(self.store.search_text(
                 self.spec.name, text_query or query, limit=min(text_limit * fetch, QUERY_WINDOW), where=flt,
                 fields=OUTPUT_FIELDS))
             dense_hits = self._store_hits(self.store.search_dense(
-                self.spec.name, vector, limit=min(vector_limit * fetch, QUERY_WINDOW), where=flt,
+                self.spec.name, vector, limit=min(vector_limit * fetch, QUERY_WINDOW), where=dense_flt,
                 fields=OUTPUT_FIELDS)) if vector is not None else []
             if distinct:
                 text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
@@ -302,6 +337,16 @@ class MemoryRepository:
                                       dense=score, bm25_rank=previous.bm25_rank if previous else None,
                                       dense_rank=position)
         return list(found.values())
+
+    def _query_vector(self, query: str) -> list[float] | None:
+        """Return the query's vector; None without an embedder, or when a remote one fails (BM25 answers alone)."""
+        if self.embedder is None:
+            return None
+        try:
+            return self.embedder.embed_query(query)
+        except (ProviderError, ProviderTimeoutError) as error:
+            log.warning("query not embedded, searching by text only: %s", error.message)
+            return None
 
     @staticmethod
     def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:

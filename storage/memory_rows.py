@@ -20,6 +20,10 @@ MEMORY_FIELDS = {
     "superseded_by": "varchar", "turn_from": "int64", "turn_to": "int64", "doc": "json",
 }
 OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
+# A collection with vectors holds this flag: 1 once a row's vector is its text's, 0 while the row waits in the
+# embedding backlog (storage/embedding_backlog.py) with pending_vector(). Dense search reads flagged rows only.
+EMBEDDED_FIELD = "embedded"
+EMBEDDED = Filter("embedded == 1")
 NO_TURN = -1
 # The store's query window: a session archive larger than this is read from the store each time.
 QUERY_WINDOW = 16384
@@ -36,18 +40,26 @@ class Scored:
     dense_rank: int | None = None  # 1-based position in the dense list
 
 
-def memory_spec(prefix: str, dense_dim: int, *, sealed: bool = False) -> CollectionSpec:
+def memory_spec(prefix: str, dense_dim: int, *, sealed: bool = False, flagged: bool = True) -> CollectionSpec:
     """Return the memories collection spec; an embedder's dimension is part of the collection name.
 
     Sealed (encrypted at rest, storage/sealed.py): another collection, whose BM25 field holds hashed tokens and
-    which has a field for the ciphertext.
+    which has a field for the ciphertext. With a dimension, the EMBEDDED_FIELD flag too (flagged=False: a
+    collection created before the flag existed).
     """
     name = f"{prefix}_memories" + (f"_d{dense_dim}" if dense_dim else "") + ("_sealed" if sealed else "")
+    fields = {**MEMORY_FIELDS, **({EMBEDDED_FIELD: "int64"} if dense_dim and flagged else {})}
     if not sealed:
-        return CollectionSpec(name=name, scalar_fields=MEMORY_FIELDS, text_field="content",
+        return CollectionSpec(name=name, scalar_fields=fields, text_field="content",
                               dense_dim=dense_dim, partition_key="tenant")
-    return CollectionSpec(name=name, scalar_fields={**MEMORY_FIELDS, CIPHER_FIELD: "varchar"}, text_field="content",
+    return CollectionSpec(name=name, scalar_fields={**fields, CIPHER_FIELD: "varchar"}, text_field="content",
                           dense_dim=dense_dim, partition_key="tenant", analyzer="hashed")
+
+
+def pending_vector(dim: int) -> list[float]:
+    """Return the vector a row holds until its own is computed: a unit vector (a zero vector has no cosine; some
+    engines refuse one). Never compared: dense search filters on EMBEDDED."""
+    return [1.0] + [0.0] * (dim - 1)
 
 
 def to_record(memory: Memory, tenant: str, vector: list[float] | None) -> Record:

@@ -96,6 +96,7 @@ class MilvusStore(MemoryStore):
         self._last_flush = time.monotonic()
         self._collections: set[str] = set()
         self._templates = False
+        self._partial: bool | None = None  # partial upserts supported (asked of a server once)
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
 
@@ -223,6 +224,24 @@ class MilvusStore(MemoryStore):
         # once a collection holds a few thousand rows).
         if records:
             self._write(collection, len(records), lambda c: c.insert(collection, records))
+
+    def update_fields(self, collection: str, records: list[Record]) -> None:
+        # Partial upserts: Milvus Lite 3.2.2 and servers from 2.6 on (a 2.5 server would need whole rows).
+        if not self.partial_updates:
+            raise NotImplementedError
+        if records:
+            self._write(collection, len(records), lambda c: c.upsert(collection, records, partial_update=True))
+
+    @property
+    def partial_updates(self) -> bool:
+        """True when the engine updates some fields of a row and leaves the others (Lite 3, Milvus >= 2.6)."""
+        if self._partial is None:
+            self._partial = partial_updates_in(str(self._call(lambda c: c.get_server_version())))
+        return self._partial
+
+    def field_names(self, collection: str) -> set[str] | None:
+        described = self._call(lambda c: c.describe_collection(collection))
+        return {str(field["name"]) for field in described.get("fields", [])}
 
     def delete(self, collection: str, where: Filter) -> None:
         self._write(collection, 1, lambda c: c.delete(collection, **self._filter_kwargs(where)))
@@ -420,6 +439,18 @@ class SharedLock:
             with self._condition:
                 self._exclusive = False
                 self._condition.notify_all()
+
+
+def partial_updates_in(version: str) -> bool:
+    """Whether an engine of this version takes partial upserts: "milvus_lite-3.2.2" (Lite 3) and "v2.6.0" on do;
+    the C++ Lite 2.5 and Milvus 2.5 servers do not, nor does anything unparsable."""
+    try:
+        if version.startswith("milvus_lite-"):
+            return int(version.removeprefix("milvus_lite-").split(".")[0]) >= 3
+        major, minor = version.lstrip("v").split(".")[:2]
+        return (int(major), int(minor.split("-")[0])) >= (2, 6)
+    except ValueError:
+        return False
 
 
 def _is_released(error: MilvusException) -> bool:

@@ -61,6 +61,7 @@ class ReadCache:
     def __init__(self, query: Query, *, dense_dim: int, index_rows: int = CACHED_INDEX_ROWS) -> None:
         self._query = query
         self._dense_dim = dense_dim
+        self.extra_fields: list[str] = []  # read with every row besides OUTPUT_FIELDS (the embedded flag)
         self._lock = threading.Lock()
         self._archives: OrderedDict[tuple[str, str, str], SessionArchive] = OrderedDict()
         self._archive_epoch = 0  # bumps on every archive write: a load that raced one is not kept
@@ -121,6 +122,11 @@ class ReadCache:
                 archive = self._archives.get((tenant, memory.agent_id, memory.session_id))
                 if archive is not None:
                     archive.put(memory)
+
+    def vectors_filled(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
+        """Put rows whose vectors were just written into the indexes (nothing else a vector changes)."""
+        with self._lock:
+            self._index_saved(tenant, memories, records)
 
     def _index_saved(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
         """Put saved rows into the indexes (and queues of indexes loading) of the sessions that can read them."""
@@ -298,7 +304,7 @@ class ReadCache:
 
     def _read_group(self, key: GroupKey) -> LocalIndex | None:
         """Return a new index of every row the session can read (None: more than one query returns)."""
-        fields = OUTPUT_FIELDS + (["dense"] if self._dense_dim else [])
+        fields = OUTPUT_FIELDS + (["dense"] if self._dense_dim else []) + self.extra_fields
         rows = self._query(tenant_filter(key[0]).and_(group_filter(*key[1:])), fields, QUERY_WINDOW)
         if len(rows) >= QUERY_WINDOW:
             return None
