@@ -448,6 +448,11 @@ def figure(value: float) -> str:
     return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
 
 
+def columns(report: Report) -> list[str]:
+    """Return the systems in table order: the peer first."""
+    return ([MEM0_NAME] if MEM0_NAME in report.systems else []) + [s for s in report.systems if s != MEM0_NAME]
+
+
 def rows(report: Report, shape: Shape) -> list[list[str]]:
     """Return the table rows of one shape: each metric, mem0's figure, then ours with ours ÷ mem0."""
     table = []
@@ -456,7 +461,7 @@ def rows(report: Report, shape: Shape) -> list[list[str]]:
         values = {s: metric.of(report.runs[(shape.name, s)]) for s in report.systems
                   if (shape.name, s) in report.runs}
         peer = values.get(MEM0_NAME)
-        for system in report.systems:
+        for system in columns(report):
             value = values.get(system)
             if value is None:
                 cells.append("—")
@@ -469,9 +474,7 @@ def rows(report: Report, shape: Shape) -> list[list[str]]:
 
 
 def render(report: Report) -> str:
-    config, systems = report.config, report.systems
-    ordered = ([MEM0_NAME] if MEM0_NAME in systems else []) + [s for s in systems if s != MEM0_NAME]
-    report.systems = ordered
+    config, ordered = report.config, columns(report)
     lines = [f"# mem0 as a peer ({time.strftime('%Y-%m-%d')}, `{config.command}`, {report.seconds / 60:.1f} min)",
              "", f"{os.cpu_count()} cores, shared; 1-minute load average {report.load[0]:.1f} at the start, "
              f"{report.load[1]:.1f} at the end. {config.rounds} round(s) per shape, the systems alternating "
