@@ -343,14 +343,7 @@ def launched(store: Path, embedder: str = "none", cache: Path | None = None) -> 
 
     cache: the model cache folder (ACN_CACHE_DIR); by default one beside the store.
     """
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = server_env(ACN_MILVUS_URI=str(store), ACN_LOG_LEVEL="WARNING", ACN_EMBEDDER=embedder,
-                     ACN_CACHE_DIR=str(cache or store.parent / "model-cache"))
-    started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with serve(store, embedder, cache) as (base, process, started):
         wait_healthy(base, process)
         healthy = (time.perf_counter() - started) * 1000
         # The first node request pays for what start-up leaves lazy (jieba's dictionary) and, with an
@@ -358,6 +351,23 @@ def launched(store: Path, embedder: str = "none", cache: Path | None = None) -> 
         with closing(OverHttp(base)) as first:
             first.post("memory_retrieve", {**TARGET, "query": "订单现在到哪了？"})
         yield base, healthy, (time.perf_counter() - started) * 1000
+
+
+@contextmanager
+def serve(store: Path, embedder: str = "none", cache: Path | None = None
+          ) -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
+    """Start `python server.py` on the store; yield its URL, the process and its perf_counter start time.
+
+    The caller waits for /healthz (wait_healthy); the process is terminated on exit.
+    """
+    port = free_port()
+    env = server_env(ACN_MILVUS_URI=str(store), ACN_LOG_LEVEL="WARNING", ACN_EMBEDDER=embedder,
+                     ACN_CACHE_DIR=str(cache or store.parent / "model-cache"))
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"http://127.0.0.1:{port}", process, started
     finally:
         process.terminate()
         process.wait(timeout=300)
