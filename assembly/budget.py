@@ -45,5 +45,7 @@ def layer_shares(available: int, ratios: BudgetRatios) -> dict[str, int]:
 # Measured on LoCoMo at 1k: a 30 % recent-turn share held 285 tokens that rarely carried the evidence;
 # at 15 % evidence recall rose 1.6 points (2 conversations). Unused budget still flows between layers.
 MODE_DEFAULTS: dict[str, BudgetRatios] = {
-    "focused": BudgetRatios(system=0.15, immediate=0.15, working=0.15, persistent=0.55),
+    "focused": BudgetRatios(system=0.15, immediate=float(__import__("os").environ.get("R17_IMM", 0.15)),
+                            working=float(__import__("os").environ.get("R17_WORK", 0.15)),
+                            persistent=float(__import__("os").environ.get("R17_PERS", 0.55))),
 }

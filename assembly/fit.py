@@ -8,6 +8,9 @@ from typing import Any
 from common.models import Message
 from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
 
+# A cut segment shorter than this says too little to be worth its header.
+MIN_CUT_TOKENS = 48
+
 
 @dataclass
 class Item:
@@ -26,6 +29,7 @@ class Item:
     chosen: str = ""
     group: str = ""
     costs: list[int] | None = None  # each variant's tokens plus its newline, counted by the first fit
+    cut: bool = False  # when no variant fits, the last one cut to the room left (a segment), not dropped whole
 
 
 def variant_costs(item: Item, tokenizer: Tokenizer) -> list[int]:
@@ -80,6 +84,13 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
         costs = variant_costs(item, tokenizer)
         room = budget - used - header
         chosen = next((i for i, cost in enumerate(costs) if cost <= room), None)
+        if chosen is None and item.cut and costs and room - 1 >= MIN_CUT_TOKENS:
+            text = tokenizer.truncate(item.variants[-1], room - 1)
+            item.chosen = text
+            kept.append(item)
+            opened.add(item.group)
+            used += tokenizer.count(text) + 1 + header
+            continue
         if chosen is None:
             dropped.append((item, costs[-1] + header if costs else 0))
             continue

@@ -121,7 +121,10 @@ def segment_items(segments: list[Segment], query: str, language: str, *, brief_o
         variants = [brief] if brief_only else [segment.text or brief, brief]
         source = {"id": segment.id, "kind": "segment", "layer": "working", "turn_range": segment.turn_range,
                   "meta": {}}
-        items.append(Item(key=segment.id, variants=list(dict.fromkeys(variants)), order=(index,), source=source))
+        # The first segment shown (the newest) is cut to the layer's room rather than dropped whole when even its
+        # brief is too long: its head (goal, constraints, decisions) is the working state the next turn needs.
+        items.append(Item(key=segment.id, variants=list(dict.fromkeys(variants)), order=(index,), source=source,
+                          cut=not items))
     return items
 
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import get_args
 
 from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
+from retrieval.intent import wants_many
 from retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
 from services.deps import Deps
 from text.pleasantries import is_pleasantry
@@ -53,6 +54,8 @@ def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int
     """
     merged = focused_candidates(namespace, query, deps, top_k=top_k, turn_pool=turn_pool, history=history,
                                 shown_turns=shown_turns)
+    if wants_many(query):  # a count or a list: every weaker hit may hold one of its items; fill by score
+        floor = 0.0
     if merged:  # a long tail of weak matches costs tokens and buries the answer
         cutoff = floor * merged[0].score
         merged = [r for r in merged if r.score >= cutoff]
@@ -86,7 +89,8 @@ def relative_floor(max_tokens: int) -> float:
     them, and the second fact a question needs often matches it only weakly. So the floor falls in proportion
     as the budget grows past FLOOR_BUDGET.
     """
-    return RELATIVE_FLOOR * min(1.0, FLOOR_BUDGET / max_tokens)
+    import os
+    return float(os.environ.get("R17_FLOOR", RELATIVE_FLOOR)) * min(1.0, FLOOR_BUDGET / max_tokens)
 
 
 def turn_pool(max_tokens: int) -> int:
