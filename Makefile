@@ -34,6 +34,8 @@ browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei)
 
 test: $(VENV)/.installed $(VENV312)/.installed browser
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 schemas: $(VENV)/.installed

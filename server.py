@@ -151,7 +151,7 @@ def route_label() -> str:
     rule = request.url_rule.rule if request.url_rule else "unmatched"
     name = (request.view_args or {}).get("name")
     known = current_app.extensions.get("acn_nodes", {})
-    return rule.replace("<name>", name) if name in known else rule
+    return rule.replace("<name>", name) if isinstance(name, str) and name in known else rule
 
 
 # -- routes --------------------------------------------------------------------------------

@@ -8,11 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.settings import Settings
-from providers.embedders import load_embedder
+from providers.embedders import Embedder
+from providers.embedding_setup import embedder_from_settings, embeds_in_background
 from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
+from providers.rerank import Reranker
 from services.deps import Deps
+from services.slots import WorkSlots
 from storage.crypto import SnapshotCipher
+from storage.embedding_backlog import EmbeddingBacklog
 from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore
 from storage.sealed import RowSealer
@@ -30,6 +34,13 @@ def _load_jieba(cache: Path | None) -> None:
     load_jieba_dictionary(jieba.dt, cache)
 
 
+def _warm(embedder: Embedder) -> None:
+    try:
+        embedder.warm()
+    except Exception:  # the first query loads it instead, and reports any error itself
+        log.warning("embedder warm-up failed", exc_info=True)
+
+
 @dataclass
 class Runtime:
     """Everything create_app builds once; nodes get a per-request Deps view of it."""
@@ -41,6 +52,9 @@ class Runtime:
     sessions: SessionRepository
     chat: ChatClient | None = None
     llm_gate: LlmGate | None = None
+    compaction_slots: WorkSlots | None = None
+    backlog: EmbeddingBacklog | None = None
+    reranker: Reranker | None = None
     _closed: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -51,17 +65,28 @@ class Runtime:
         # lock makes an early caller wait).
         cache = cache_dir_setting(settings.cache_dir)
         parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
+        reranker = Reranker.from_settings(settings)  # likewise a malformed ACN_RERANK_URL
         threading.Thread(target=_load_jieba, args=(cache,), name="acn-jieba", daemon=True).start()
         tokenizer = load_tokenizer(settings.tokenizer, cache)
         store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
                             flush_every=settings.flush_every_writes,
                             flush_interval=settings.flush_interval_seconds).open()
         try:
-            embedder = load_embedder(settings.embedder, cache)
+            embedder = embedder_from_settings(settings, cache)
+            if embedder is not None:  # the model's first call (~0.4 s for e5) is paid here, not by a request
+                threading.Thread(target=_warm, args=(embedder,), name="acn-embed-warm", daemon=True).start()
+            embed_later = embeds_in_background(settings, embedder)
+            if embed_later and not store.partial_updates:
+                # Filling a vector would rewrite whole rows, which another process may be writing (Milvus < 2.6).
+                log.warning("this Milvus server has no partial updates: rows are embedded as they are written")
+                embed_later = False
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
                                         index_rows=settings.local_index_rows,
-                                        sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None)
+                                        sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None,
+                                        embed_later=embed_later)
             memories.open()
+            backlog = EmbeddingBacklog(memories, batch=settings.embedding_batch).start() \
+                if memories.embed_later else None
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,
                                          cipher=SnapshotCipher(settings.encryption_key),
@@ -73,7 +98,9 @@ class Runtime:
         # The LLM is optional: with no base URL configured, compaction stays extractive.
         chat = ChatClient.from_settings(settings)
         runtime = cls(settings=settings, tokenizer=tokenizer, store=store, memories=memories, sessions=sessions,
-                      chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent))
+                      chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent),
+                      compaction_slots=WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds),
+                      backlog=backlog, reranker=reranker)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
@@ -81,13 +108,17 @@ class Runtime:
         """Return the dependencies a node call gets, for one tenant."""
         return Deps(settings=self.settings, tokenizer=self.tokenizer, tenant=tenant, store=self.store,
                     memory_repository=self.memories, session_repository=self.sessions, chat=self.chat,
-                    llm_gate=self.llm_gate)
+                    llm_gate=self.llm_gate, compaction_slots=self.compaction_slots, reranker=self.reranker)
 
     def close(self) -> None:
         """Flush and close the store once; safe to call from a signal handler and atexit."""
         if self._closed.is_set():
             return
         self._closed.set()
+        if self.backlog is not None:  # before the store: a batch in hand finishes; the rest waits for the next start
+            self.backlog.stop()
         if self.chat is not None:
             self.chat.close()
+        if self.reranker is not None:
+            self.reranker.close()
         self.store.close()

@@ -11,7 +11,7 @@ FLOW_ORDER = ("working", "memory", "history")
 
 
 class BudgetRatios(StrictModel):
-    """Share of max_tokens per layer (seed 000 §5.2: 15 / 50 / 25 / 10)."""
+    """Share of max_tokens per layer (default 15 / 50 / 25 / 10: the recent turns carry most of a conversation)."""
 
     system: float = Field(default=0.15, ge=0, le=1, description="Identity / system prompt.")
     immediate: float = Field(default=0.50, ge=0, le=1, description="Recent turns and the user input.")
@@ -25,8 +25,8 @@ class BudgetRatios(StrictModel):
         return self
 
 
-# Seed 000 §7.1: requirement gathering favours the working state, execution the recent turns,
-# closing the long-term memory.
+# While requirements are gathered the working state (what was decided) matters most; while executing, the
+# recent turns; when closing, the long-term memory (what to carry into the next session).
 PHASES: dict[str, BudgetRatios] = {
     "requirement": BudgetRatios(system=0.15, immediate=0.35, working=0.40, persistent=0.10),
     "execution": BudgetRatios(system=0.15, immediate=0.55, working=0.20, persistent=0.10),
@@ -40,7 +40,7 @@ def layer_shares(available: int, ratios: BudgetRatios) -> dict[str, int]:
     total = sum(weights.values())
     return {layer: int(available * weight / total) for layer, weight in weights.items()}
 
-# Focused mode answers from what retrieval finds (seed 004 §2.2): retrieved memories and archived turns get
+# Focused mode answers a question from what retrieval finds: retrieved memories and archived turns get
 # the largest share; recent turns keep enough for continuity (at 1,000 tokens, about the last turn or two).
 # Measured on LoCoMo at 1k: a 30 % recent-turn share held 285 tokens that rarely carried the evidence;
 # at 15 % evidence recall rose 1.6 points (2 conversations). Unused budget still flows between layers.

@@ -17,7 +17,8 @@ from compaction.key_numbers import EARLIER_SUFFIX
 from compaction.render import render_segment
 from compaction.state import working_state
 from storage.base import Filter
-from storage.memories import MemoryRepository, scope_filter
+from storage.memories import MemoryRepository
+from storage.memory_rows import scope_filter
 from text.numbers import extract_key_numbers, value_present
 
 _EARLIER = tuple(EARLIER_SUFFIX.values())

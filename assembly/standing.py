@@ -10,7 +10,7 @@ from __future__ import annotations
 from assembly.recall import readable
 from common.models import Memory, Namespace
 from services.deps import Deps
-from storage.memories import kinds_filter, live_filter, scope_filter
+from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from text.similarity import normalise
 from text.tokens import Tokenizer
 

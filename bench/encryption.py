@@ -113,7 +113,8 @@ def store_level(folder: Path, key: str, texts: list[str], queries: list[str], ro
     from common.models import Namespace
     from memory.items import MemoryItem
     from memory.write import new_memory
-    from storage.memories import MemoryRepository, scope_filter
+    from storage.memories import MemoryRepository
+    from storage.memory_rows import scope_filter
     from storage.milvus import MilvusStore
     from storage.sealed import RowSealer
 

@@ -40,7 +40,7 @@ from common.models import Memory
 from common.settings import Settings
 from memory.items import DEFAULT_IMPORTANCE
 from server import create_app
-from storage.memories import new_memory_id
+from storage.memory_rows import new_memory_id
 from tests.conftest import ROOT, free_port, server_env
 from tests.long_conversation import QUESTIONS, turn_messages
 from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer

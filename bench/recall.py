@@ -15,7 +15,7 @@ Suites, each split by a fixed rule (tune on dev only; a change that helps dev an
 Systems, all under the same budget (cl100k, the chat-format overhead per message, room left for the question):
 - window  the newest whole messages that fit;
 - bm25    rank_bm25 over the raw messages (jieba `cut_for_search` for Chinese, lower case, no punctuation);
-- dense   cosine over the raw messages with a pluggable embedder (providers.embedders: `use`; any registered name);
+- dense   cosine over the raw messages with a pluggable embedder (providers.embedders: `use`, `e5`, any registered);
 - ours    the product: `record_turn` for every message (LoCoMo: per turn), then focused `assemble` with
           user_input = the question, through the app's test client on a Milvus Lite store in a temp folder.
 Baselines pack whole messages by their ranking. Metrics: evidence recall (share of gold messages in the
@@ -45,8 +45,7 @@ from typing import Any
 from bench import locomo, zh_daily
 from bench.baselines import BM25Baseline, Context, Turn, _context, _pack, window_context
 from bench.progress import progress
-from bench.scoring import Outcome, collect_ids, fold
-from common.settings import Settings
+from bench.scoring import Outcome, fold
 from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 
 SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily")
@@ -181,7 +180,7 @@ _EMBEDDERS: dict[str, Any] = {}
 
 
 def embedder(name: str) -> Any:
-    """Return the named embedder of providers.embedders (one per process; `register_embedder` adds e5 later)."""
+    """Return the named embedder of providers.embedders (one per process): use, e5, hash, or one registered."""
     if name not in _EMBEDDERS:
         from providers.embedders import load_embedder
 
@@ -202,7 +201,7 @@ class DenseBaseline:
     def context(self, question: str, budget: int, tokenizer: Tokenizer) -> Context:
         import numpy as np
 
-        query = np.asarray(self.model.embed(question), dtype="float32")
+        query = np.asarray(self.model.embed_query(question), dtype="float32")  # e5: "query: …", stored "passage: …"
         scores = self._vectors @ (query / max(float(np.linalg.norm(query)), 1e-9))
         ranked = sorted(range(len(self.turns)), key=lambda i: (-float(scores[i]), i))
         room = budget - tokenizer.count(question) - MESSAGE_OVERHEAD_TOKENS
@@ -210,32 +209,11 @@ class DenseBaseline:
                         question)
 
 
-class Ours:
-    """The product in process: an app on its own Milvus Lite store, fed and asked through the nodes."""
+class Ours(locomo.OurSystem):
+    """The product in process: an app on its own Milvus Lite store, fed and asked through the nodes (focused mode)."""
 
     def __init__(self, folder: Path, embedder_name: str, cache: Path) -> None:
-        from server import create_app
-
-        self.app = create_app(Settings(milvus_uri=str(folder / "memory.db"), embedder=embedder_name,
-                                       cache_dir=str(cache), log_level="WARNING"))
-        self.client = self.app.test_client()
-
-    def record(self, namespace: dict[str, str], turn: list[locomo.Line]) -> None:
-        response = self.client.post("/v1/nodes/record_turn",
-                                    json={**namespace, "messages": [locomo.message(line) for line in turn]})
-        assert response.status_code == 200, response.get_data(as_text=True)
-
-    def ask(self, namespace: dict[str, str], question: str, budget: int) -> tuple[str, set[str], int, float]:
-        started = time.perf_counter()
-        response = self.client.post("/v1/nodes/assemble", json={**namespace, "max_tokens": budget, "mode": "focused",
-                                                                  "user_input": question})
-        elapsed = (time.perf_counter() - started) * 1000
-        assert response.status_code == 200, response.get_data(as_text=True)
-        body = response.get_json()
-        return body["prompt"], collect_ids(body["sources"], "dia_id"), body["tokens"]["total"], elapsed
-
-    def close(self) -> None:
-        self.app.extensions["acn"].close()
+        super().__init__(folder, embedder_name, "focused", cache=cache)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The seed-style Chinese suite (seed 004 §4.1), measured per mode beside a window and BM25, in one run.
+"""The seed-style Chinese suite (bench/seed_suite.py), measured per mode beside a window and BM25, in one run.
 
 Run: .venv/bin/python -m bench.seed_recall [--seed 4] [--sessions 32] [--budget 1000] [--window 2000] [--embedder use]
 

@@ -1,4 +1,5 @@
-"""Seed-style Chinese sessions (seed 004 §4.1), generated deterministically: facts buried early, noise after.
+"""Seed-style Chinese sessions (long task-oriented chats), generated deterministically: facts buried early, noise
+after.
 
 Every session is one of four domains (customer service, a data-cleaning task, a finance transfer, a travel
 booking) and 40–80 turns long. Facts — identity and membership, preferences and refusals, order numbers,

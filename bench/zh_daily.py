@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
+from bench.locomo import Question
+
 CATEGORIES = ("single", "noisy", "count", "list", "compare", "changed")
 BASE_SEED = 17_000
 
@@ -33,14 +35,6 @@ class Message:
     id: str
     text: str
     date: str
-
-
-@dataclass(frozen=True)
-class Question:
-    text: str
-    category: str
-    evidence: list[str]
-    answer: str | None  # a string the context must contain to answer; None when no single string does
 
 
 @dataclass

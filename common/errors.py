@@ -81,6 +81,12 @@ class DuplicateKeyError(ValidationError):
     code = "duplicate_key"
 
 
+class TooMuchWorkError(ValidationError):
+    """A request asks for more work (messages, characters to compact) than the server does in one call."""
+
+    code = "too_much_work"
+
+
 class ConfigurationError(PackError):
     """A setting (an ACN_* variable) the server cannot start with."""
 
@@ -96,6 +102,13 @@ class ProviderError(PackError):
 class StoreUnavailableError(PackError):
     status = 503
     code = "store_unavailable"
+
+
+class BusyError(PackError):
+    """Every slot for CPU-heavy work is taken and none came free in time; the server sends Retry-After."""
+
+    status = 503
+    code = "busy"
 
 
 class ProviderTimeoutError(PackError):

@@ -1,9 +1,9 @@
 """Prometheus metrics: per-node traffic and latency, errors by code, and the context-quality signals.
 
-Seed 000 §7.2 asks to watch three things in production: the compression ratio of each compaction (healthy
-between 0.1 and 0.3), the retrieval hit rate (share of retrieved memories that made it into a context) and
-forgetting. The first two are histograms here; numbers restored by the verifier count how often an engine
-dropped a number.
+Three things tell whether context management works in production: the compression ratio of each compaction
+(healthy between 0.1 and 0.3: higher saves little, lower loses detail), the retrieval hit rate (share of
+retrieved memories that made it into a context) and forgetting. The first two are histograms here; numbers
+restored by the verifier count how often an engine dropped a number.
 """
 
 from __future__ import annotations

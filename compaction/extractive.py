@@ -100,21 +100,37 @@ def collect_statements(turns: list[Turn], *, goal_open: bool) -> list[Statement]
 
 def drop_echoes(statements: list[Statement]) -> list[Statement]:
     """Drop assistant sentences that only repeat what the user said in the same turn."""
-    return [item for item in statements if not (item.role != "user" and _echoes_user(item, statements))]
+    users = _UserStatements(statements)
+    return [item for item in statements if not (item.role != "user" and users.echoed(item))]
 
 
-def _echoes_user(item: Statement, statements: list[Statement]) -> bool:
-    own_numbers = set(numbers_of(item.text))
-    for other in statements:
-        if other.role != "user" or other.turn != item.turn or is_question(other.text):
-            continue
-        if not own_numbers <= set(numbers_of(other.text)):
-            continue  # the reply adds a number of its own: it carries information
-        score = similarity(item.text, other.text)
+class _UserStatements:
+    """The user's non-question statements by turn and by number, read once (a long turn has hundreds)."""
+
+    def __init__(self, statements: list[Statement]) -> None:
+        self.by_turn: dict[int, list[tuple[str, frozenset[str]]]] = {}
+        self.by_number: dict[tuple[int, str], list[tuple[str, frozenset[str]]]] = {}
+        for other in statements:
+            if other.role != "user" or is_question(other.text):
+                continue
+            entry = (other.text, frozenset(numbers_of(other.text)))
+            self.by_turn.setdefault(other.turn, []).append(entry)
+            for number in entry[1]:
+                self.by_number.setdefault((other.turn, number), []).append(entry)
+
+    def echoed(self, item: Statement) -> bool:
+        own_numbers = set(numbers_of(item.text))
+        # A candidate must state every number of the reply (else the reply adds one of its own): any one of them
+        # narrows the search to the statements that state it.
+        candidates = (min((self.by_number.get((item.turn, number), []) for number in own_numbers), key=len)
+                      if own_numbers else self.by_turn.get(item.turn, []))
         threshold = ECHO_SIMILARITY_SAME_NUMBERS if own_numbers else ECHO_SIMILARITY
-        if score >= threshold or same_topic(item.text, other.text):
-            return True
-    return False
+        for text, numbers in candidates:
+            if not own_numbers <= numbers:
+                continue
+            if similarity(item.text, text) >= threshold or same_topic(item.text, text):
+                return True
+        return False
 
 
 def resolve_requests(statements: list[Statement]) -> list[Statement]:

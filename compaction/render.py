@@ -57,10 +57,11 @@ def render_segment(segment: Segment, language: str, inherited: WorkingState | No
     lang = _lang(language)
     labels, items = LABELS[lang], ITEM_SEPARATOR[lang]
     carried = inherited or WorkingState()
+    carried_constraints = set(carried.constraints)
     body = segment_body(segment)
     fields: list[tuple[str, list[str]]] = [
         ("goal", [segment.goal] if segment.goal and segment.goal != carried.goal else []),
-        ("constraints", [item for item in segment.constraints if item not in carried.constraints]),
+        ("constraints", [item for item in segment.constraints if item not in carried_constraints]),
         ("done", segment.done),
         ("todo", segment.todo),
         ("decisions", [render_decision(decision, lang) for decision in segment.decisions]),

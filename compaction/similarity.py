@@ -6,6 +6,9 @@ import re
 import threading
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -165,6 +168,32 @@ class _Group:
                    for other in self.by_size[low:high])
 
 
+class NearIndex:
+    """Statements by position and numbers, to find the first later near-duplicate of one (exactly `_near`)."""
+
+    def __init__(self, texts: list[tuple[int, str]]) -> None:
+        self.groups: dict[tuple[str, ...], tuple[list[int], list[_Statement]]] = {}
+        for position, text in texts:  # positions ascending
+            statement = _Statement.of(text)
+            positions, statements = self.groups.setdefault(statement.numbers, ([], []))
+            positions.append(position)
+            statements.append(statement)
+
+    def first_after(self, text: str, lowest: int, below: int | None = None) -> int | None:
+        """Return the smallest position in [lowest, below) whose statement near-duplicates text, else None."""
+        statement = _Statement.of(text)
+        group = self.groups.get(statement.numbers)
+        if group is None:
+            return None  # different numbers are never near-duplicates
+        positions, statements = group
+        for at in range(bisect_left(positions, lowest), len(positions)):
+            if below is not None and positions[at] >= below:
+                return None
+            if _near(statements[at], statement, NEAR_DUPLICATE_THRESHOLD):
+                return positions[at]
+        return None
+
+
 # Containment counts when the shorter text has at least this many characters (see _near).
 MIN_CONTAINED = 6
 SEPARATOR = "\x00"
@@ -198,12 +227,39 @@ def _dedupe(items: list[str], statements: list[_Statement]) -> list[str]:
                        for j in by_numbers[statement.numbers] if j > index)]
 
 
+# The topic keys of one compaction, by text: a compaction compares every statement with many others, and a key
+# costs a dozen regex searches. Per call (a context variable), not per process: nothing outlives the request.
+_TOPIC_KEYS: ContextVar[dict[str, str | None] | None] = ContextVar("acn_topic_keys", default=None)
+
+
+@contextmanager
+def topic_keys_cached() -> Iterator[None]:
+    """Within this block (one compaction) each text's topic key is computed once; nested blocks share it."""
+    if _TOPIC_KEYS.get() is not None:
+        yield
+        return
+    token = _TOPIC_KEYS.set({})
+    try:
+        yield
+    finally:
+        _TOPIC_KEYS.reset(token)
+
+
 def topic_key(text: str) -> str | None:
     """Return the parameter a statement sets ("超时改成45秒" -> "超时"), if any.
 
     The memory nodes' key (text.events) comes first so compaction and memory agree on topics; the
     leading noun phrase before a change verb or a value covers what it leaves out ("pool size is now 20").
     """
+    keys = _TOPIC_KEYS.get()
+    if keys is None:
+        return _topic_key(text)
+    if text not in keys:
+        keys[text] = _topic_key(text)
+    return keys[text]
+
+
+def _topic_key(text: str) -> str | None:
     stripped = text.strip()
     shared = events_topic_key(stripped, "decision")
     if shared:
@@ -248,10 +304,51 @@ def _en_topic(text: str) -> str | None:
 
 def same_topic(a: str, b: str) -> bool:
     """Return True when two statements set the same parameter."""
-    left, right = topic_key(a), topic_key(b)
+    return keys_match(topic_key(a), topic_key(b))
+
+
+def keys_match(left: str | None, right: str | None) -> bool:
+    """Return True when two topic keys name the same parameter: one is a prefix or a suffix of the other."""
     if not left or not right:
         return False
     # Chinese puts modifiers before the head noun ("转账接口的超时" is about "超时"), English often
     # does too ("connection pool size"); a qualifier after it ("超时时间") is covered by startswith.
     shorter, longer = sorted((left, right), key=len)
     return longer.startswith(shorter) or longer.endswith(shorter)
+
+
+class TopicIndex:
+    """Topic keys by position, so that "which of these statements is on the same topic" is a few dict lookups.
+
+    `keys_match` holds when one key is a prefix or a suffix of the other. A key is filed under itself (exact)
+    and under each of its prefixes and suffixes (covering); a query key looks itself up in covering (the keys
+    it is a part of) and its own prefixes and suffixes, of the lengths filed, in exact (the keys part of it).
+    """
+
+    def __init__(self, keys: list[tuple[int, str | None]]) -> None:
+        self.exact: dict[str, list[int]] = {}
+        self.covering: dict[str, list[int]] = {}
+        for position, key in keys:  # positions ascending
+            if not key:
+                continue
+            self.exact.setdefault(key, []).append(position)
+            for affix in {key[:size] for size in range(1, len(key))} | {key[-size:] for size in range(1, len(key))}:
+                self.covering.setdefault(affix, []).append(position)
+        self.sizes = sorted({len(key) for key in self.exact})
+
+    def first_after(self, key: str | None, lowest: int) -> int | None:
+        """Return the smallest filed position ≥ lowest whose key matches key (None when there is none)."""
+        if not key:
+            return None
+        lists = [self.covering.get(key)]
+        for size in self.sizes:
+            if size > len(key):
+                break
+            lists += [self.exact.get(key[:size]), self.exact.get(key[-size:])]
+        best: int | None = None
+        for positions in lists:
+            if positions:
+                at = bisect_left(positions, lowest)
+                if at < len(positions) and (best is None or positions[at] < best):
+                    best = positions[at]
+        return best

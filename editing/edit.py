@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -12,7 +13,7 @@ from common.models import Message, StrictModel, parse_json_object_or_null
 from text.numbers import extract_key_numbers, value_present
 from text.pii import find_pii, redact_json_text, redact_pii, redact_value
 from text.pleasantries import is_pleasantry
-from text.similarity import can_reach, shingle_similarity, shingles
+from text.similarity import PrefixFilter, can_reach, shingle_similarity, shingles
 from text.tokens import Tokenizer
 
 DEFAULT_PLACEHOLDER = "[tool result of {tool} cleared: {tokens} tokens]"
@@ -231,32 +232,41 @@ def _dedupe(work: _Work, threshold: float) -> None:
         for i, m in enumerate(work.messages)
         if m.role in ("user", "assistant") and not m.tool_calls and i not in work.dropped
     ]
-    sets = {i: shingles(work.messages[i].content) for i in candidates}
-    for position, index in enumerate(candidates):
-        if not work.droppable(index):
+    sets = [shingles(work.messages[i].content) for i in candidates]
+    index = PrefixFilter(sets, threshold)
+    for position, message_index in enumerate(candidates):
+        if not work.droppable(message_index):
             continue
-        later = _later_duplicate(work, index, candidates[position + 1 :], sets, threshold)
+        later = _later_duplicate(work, position, candidates, sets, index.later(position), threshold)
         if later is not None:
-            score = shingle_similarity(sets[index], sets[later])
-            role = work.messages[index].role
-            reason = f"Dropped a {role} message repeated by message {later} (similarity {score:.2f})."
-            work.drop(index, "dedupe", reason)
+            score = shingle_similarity(sets[position], sets[later])
+            role = work.messages[message_index].role
+            reason = f"Dropped a {role} message repeated by message {candidates[later]} (similarity {score:.2f})."
+            work.drop(message_index, "dedupe", reason)
 
 
-def _later_duplicate(
-    work: _Work, index: int, later: list[int], sets: dict[int, frozenset[str]], threshold: float
-) -> int | None:
-    """Return the first later message that duplicates message index, or None."""
-    message = work.messages[index]
+# Near-duplicates whose key numbers differ ("订单 ORD-1 已发货" … "ORD-2") are not duplicates; a list of many such
+# messages could still make each one test every later one. Past this many tests a message is simply kept.
+MAX_DUPLICATE_TESTS = 64
+
+
+def _later_duplicate(work: _Work, position: int, candidates: list[int], sets: list[frozenset[str]],
+                     later: Iterator[int], threshold: float) -> int | None:
+    """Return the position (in candidates) of the first later message that duplicates this one, or None."""
+    message = work.messages[candidates[position]]
+    tests = 0
     for other in later:
-        candidate = work.messages[other]
-        if other in work.dropped or candidate.role != message.role or candidate.name != message.name:
+        candidate = work.messages[candidates[other]]
+        if candidates[other] in work.dropped or candidate.role != message.role or candidate.name != message.name:
             continue
         if candidate.content.strip() == message.content.strip():
             return other
-        if not can_reach(sets[index], sets[other], threshold):
+        if not can_reach(sets[position], sets[other], threshold):
             continue
-        if shingle_similarity(sets[index], sets[other]) >= threshold and _numbers_kept(
+        tests += 1
+        if tests > MAX_DUPLICATE_TESTS:
+            return None
+        if shingle_similarity(sets[position], sets[other]) >= threshold and _numbers_kept(
             message.content, candidate.content
         ):
             return other

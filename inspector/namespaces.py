@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from app.runtime import Runtime
 from storage.base import Filter
-from storage.memories import NO_TURN, tenant_filter
+from storage.memory_rows import NO_TURN, tenant_filter
 from storage.sessions import HEAD
 
 # Milvus caps one query window at 16,384 rows; the overview says so when a tenant has more.

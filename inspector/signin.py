@@ -127,8 +127,9 @@ class UiAuth:
         request raises SignInRequired (a redirect); anything else gets the API's JSON 401.
         """
         if self.open:
-            g.ui_credential = Credential(authenticate(None, self.keys), binding="open")
-            return g.ui_credential.tenant
+            open_credential = Credential(authenticate(None, self.keys), binding="open")
+            g.ui_credential = open_credential
+            return open_credential.tenant
         if request.path in OPEN_UI_PATHS:
             return ""
         header = request.headers.get("Authorization")

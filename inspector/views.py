@@ -15,6 +15,7 @@ from typing import Any
 
 import pydantic
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
+from werkzeug.wrappers.response import Response as BaseResponse
 
 from app.json_body import read_json_body
 from app.responses import ok_response, validate
@@ -133,7 +134,7 @@ def check_csrf() -> None:
     ui_auth().check_csrf(credential.binding if credential else "", presented)
 
 
-def to_sign_in(_error: SignInRequired) -> Response:
+def to_sign_in(_error: SignInRequired) -> BaseResponse:
     """Send a browser that has no credential to the sign-in page, then back to where it was going."""
     target = request.full_path.rstrip("?") if request.query_string else request.path
     return redirect(url_for("inspector.login", next=target), code=303)
@@ -149,7 +150,7 @@ def node_view(name: str) -> Response:
     return ok_response(result)
 
 
-def login_view() -> Response | str:
+def login_view() -> BaseResponse | str:
     auth = ui_auth()
     if auth.open:
         return render_template("inspector/login.html", open=True)
@@ -183,8 +184,9 @@ def login_form(status: int, problem: str = "") -> Response:
     return response
 
 
-def logout_view() -> Response:
-    response = redirect(url_for("inspector.login", **({} if ui_auth().open else {"signed_out": "1"})), code=303)
+def logout_view() -> BaseResponse:
+    query: dict[str, Any] = {} if ui_auth().open else {"signed_out": "1"}
+    response = redirect(url_for("inspector.login", **query), code=303)
     response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, secure=request.is_secure, httponly=True,
                            samesite="Strict")
     return response

@@ -21,7 +21,7 @@ from flask import Flask, Response, g, jsonify
 from app.json_body import read_json_body
 from app.runtime import Runtime
 from common.errors import BadRequestError, ValidationError
-from common.models import IDENTIFIER_PATTERN
+from common.models import IDENTIFIER_PATTERN, Scope
 from nodes.memory_retrieve import run as retrieve
 from retrieval.rank import MemoryRetrieveRequest, retrieval_query
 
@@ -52,10 +52,11 @@ def register_dify_extension(app: Flask, runtime: Runtime) -> None:
 
 def external_data(params: dict[str, Any], runtime: Runtime, tenant: str) -> str:
     """Return the memory block for the query: tagged lines, most relevant first (empty when none)."""
-    inputs = params.get("inputs") if isinstance(params.get("inputs"), dict) else {}
+    raw_inputs = params.get("inputs")
+    inputs: dict[str, Any] = raw_inputs if isinstance(raw_inputs, dict) else {}
     session = identifier(str(inputs.get("session_id") or ""))
     user = identifier(str(inputs.get("user_id") or ""))
-    scopes = ["session", "user", "agent", "shared"] if session else ["agent", "shared"]
+    scopes: list[Scope] = ["session", "user", "agent", "shared"] if session else ["agent", "shared"]
     if user and not session:
         scopes.insert(0, "user")
     query = params.get("query")

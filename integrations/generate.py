@@ -252,7 +252,8 @@ def _non_null(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         rest = [p for p in prop["anyOf"] if p.get("type") != "null"]
         prop = rest[0] if len(rest) == 1 else {"type": "string"}
     if "$ref" in prop:
-        return defs[prop["$ref"].split("/")[-1]]
+        found: dict[str, Any] = defs[prop["$ref"].split("/")[-1]]
+        return found
     return prop
 
 
@@ -331,4 +332,5 @@ def _referenced_components(document: dict[str, Any]) -> set[str]:
 
 
 def _yaml(data: Any) -> str:
-    return yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=110)
+    text: str = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=110)
+    return text

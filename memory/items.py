@@ -15,7 +15,8 @@ from common.models import (
     TurnNumber,
 )
 
-# Rule-based importance, never model-judged (seed 004 §4.2): identity 8, rules/knowledge 7, preferences 6 …
+# Rule-based importance, never model-judged (reproducible, and no model call per write): identity 8,
+# rules/knowledge 7, preferences 6 …
 DEFAULT_IMPORTANCE: dict[str, float] = {
     "identity": 8, "knowledge": 7, "constraint": 7, "decision": 7, "preference": 6,
     "fact": 5, "todo": 5, "artifact": 5, "summary": 4, "turn": 3,

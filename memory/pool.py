@@ -16,14 +16,9 @@ from common.models import (
 )
 from memory.items import MemoryItem
 from storage.base import Filter
-from storage.memories import (
-    MemoryRepository,
-    Stamp,
-    kinds_filter,
-    live_filter,
-    scope_filter,
-    tenant_filter,
-)
+from storage.memories import MemoryRepository
+from storage.memory_rows import kinds_filter, live_filter, scope_filter, tenant_filter
+from storage.read_cache import Stamp
 from text.similarity import shingle_similarity, shingles
 
 DEDUPE_CANDIDATES = 5

@@ -13,10 +13,8 @@ from common.models import (
 )
 from memory.items import DEFAULT_IMPORTANCE, MAX_CONTENT_CHARS, SUPERSEDING_KINDS, Action, MemoryItem, WriteResult
 from memory.pool import Known, Pool
-from storage.memories import (
-    MemoryRepository,
-    new_memory_id,
-)
+from storage.memories import MemoryRepository
+from storage.memory_rows import new_memory_id
 from text.events import extract_events
 from text.numbers import extract_key_numbers
 from text.similarity import normalise

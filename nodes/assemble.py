@@ -35,7 +35,7 @@ from text.lang import Language, detect_language
 from text.numbers import value_present
 
 Mode = Literal["snapshot", "focused", "streaming", "auto"]
-# Planning-type inputs want the whole working state in view (seed 004 §6).
+# Planning-type inputs (a plan, a summary, next steps) need the whole working state in view, not a slice of it.
 _PLANNING = re.compile(r"计划|规划|方案|步骤|总结|回顾|进度|整体|全部|接下来|下一步|目标|清单|"
                        r"\b(plan|steps|summary|summari[sz]e|overall|progress|next steps?|status|recap|overview)\b",
                        re.IGNORECASE)

@@ -2,71 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Annotated, Literal
+from pydantic import Field
 
-from pydantic import BeforeValidator, Field
-
-from common.errors import LlmBusyError
-from common.models import (
-    MAX_VERSION,
-    Memory,
-    Message,
-    MessageList,
-    Namespace,
-    NodeResponse,
-    Segment,
-    StrictModel,
-    parse_json_object_or_null,
-)
-from compaction.engine import CompactionOutcome, compact_turns
-from compaction.render import render_working_summary
-from compaction.segments import Turn, group_turns, split_recent
+from common.models import MAX_VERSION, MessageList, Namespace
+from compaction.limits import check_work
+from compaction.session import CompactOptions, CompactResponse, check_llm_options, compact_state
 from nodes.spec import Description, NodeSpec
-from providers.openai_chat import ChatClient, request_endpoint
 from services.deps import Deps
-from storage.memories import MemoryRepository, new_memory_id
 from storage.sessions import SessionState
-from text.tokens import Tokenizer
-
-# One archived row holds at most this much of a message; longer messages span several rows.
-ARCHIVE_CHUNK_CHARS = 8000
-
-
-class LlmOverrides(StrictModel):
-    """Per-request LLM endpoint, overriding the ACN_LLM_* settings (within what the operator allows)."""
-
-    base_url: str | None = Field(
-        default=None, max_length=500, pattern=r"^https?://",
-        description="Refused (403 llm_url_not_allowed) unless listed in the server's ACN_LLM_ALLOWED_URLS; such a "
-                    "URL gets only this request's api_key, never the server's.")
-    model: str | None = Field(default=None, max_length=200,
-                              description="Another model than the server's needs this request's own api_key.")
-    api_key: str | None = Field(default=None, max_length=500)
-    timeout_seconds: float | None = Field(
-        default=None, gt=0, le=300,
-        description="Lowered to the server's ACN_LLM_TIMEOUT_SECONDS (and to 60 s for a request-chosen URL).")
-
-
-class CompactOptions(StrictModel):
-    """When and how to compact (defaults from seed 000 §3.1: trigger at 40%, segments of 5–8 turns)."""
-
-    context_window: int = Field(default=8000, ge=256, le=2_000_000, description="The model's window, in tokens.")
-    trigger_ratio: float = Field(default=0.4, gt=0, le=1, description="Compact when history ≥ ratio × window.")
-    segment_size: int = Field(default=6, ge=1, le=50, description="Turns per segment (5–8 recommended).")
-    keep_recent: int = Field(default=4, ge=0, le=200, description="Most recent turns kept verbatim.")
-    max_segments: int = Field(default=5, ge=1, le=100, description="Above this, the oldest segments merge.")
-    wait_for_segment: bool = Field(
-        default=False, description="Past the trigger, compact only once the old turns fill a segment (unless the "
-        "verbatim turns alone reach half the trigger). When a long session's summary alone is over the trigger, "
-        "this makes one compaction per segment_size turns instead of one per turn (an LLM call per turn with "
-        "engine llm); the waiting turns stay verbatim in the buffer.")
-    engine: Literal["extractive", "llm", "auto"] = Field(
-        default="extractive", description="extractive (offline, default), llm, or auto (llm when configured).")
-    llm: Annotated[LlmOverrides | None, BeforeValidator(parse_json_object_or_null)] = Field(
-        default=None, description="Per-request LLM endpoint (else ACN_LLM_*); a JSON string works too.")
 
 
 class CompactRequest(Namespace, CompactOptions):
@@ -81,40 +24,13 @@ class CompactRequest(Namespace, CompactOptions):
                                          description="Fail with 409 if the session moved on.")
 
 
-class CompactStats(StrictModel):
-    tokens_before: int
-    tokens_after: int
-    ratio: float = Field(description="tokens_after / tokens_before (seed: healthy between 0.1 and 0.3).")
-    numbers_in_source: int
-    numbers_preserved: int = Field(description="Numbers the engine kept by itself, before the verifier.")
-    numbers_restored: int = Field(description="Numbers the verifier put back into key_numbers.")
-
-
-# waiting_for_segment: over the trigger with wait_for_segment set, but the old turns do not fill a segment yet.
-# llm_busy: record_turn's compaction was due but every outbound LLM slot was taken; the next turn tries again.
-Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact", "waiting_for_segment", "llm_busy"]
-# Verbatim turns past this share of the trigger are compacted without waiting for a whole segment: then they are
-# what crowds the context (long turns, a large tool output), not the summary.
-PARTIAL_SEGMENT_SHARE = 0.5
-
-
-class CompactResponse(NodeResponse):
-    compacted: bool
-    reason: Reason
-    segments: list[Segment]
-    recent_messages: list[Message]
-    working_summary: str
-    stats: CompactStats
-    version: int = Field(description="Session version after this call (unchanged when nothing was saved).")
-    archived_ids: list[str]
-    engine_used: str
-    fallback_reason: str | None = None
-
-
 def run(request: CompactRequest, deps: Deps) -> CompactResponse:
     """Compact the given messages, or the session buffer under the session lock."""
     check_llm_options(request, deps)
     if request.messages is not None:
+        # Refused before anything is archived; the session buffer is instead compacted a capped part at a time.
+        check_work(request.messages, max_messages=deps.settings.max_compact_messages,
+                   max_chars=deps.settings.max_compact_chars)
         state = SessionState(buffer=request.messages)
         return compact_state(request, state, deps, persist_archive=request.persist, force=request.force)[1]
     sessions = deps.sessions
@@ -126,182 +42,6 @@ def run(request: CompactRequest, deps: Deps) -> CompactResponse:
                                     expected_version=request.expected_version)
             response.version = saved.version
         return response
-
-
-def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, persist_archive: bool,
-                  force: bool = True, namespace: Namespace | None = None,
-                  defer_when_busy: bool = False) -> tuple[SessionState, CompactResponse]:
-    """Return the state after compaction (if triggered) and the response describing it.
-
-    defer_when_busy: when every outbound LLM slot is taken, leave the state as it is (reason llm_busy) instead
-    of raising LlmBusyError (503).
-    """
-    namespace = namespace or (options if isinstance(options, Namespace) else None)
-    tokenizer = deps.tokenizer
-    before = history_tokens(state.buffer, state.segments, tokenizer)
-    old, recent = split_recent(group_turns(state.buffer, first_turn=first_free_turn(state)), options.keep_recent)
-    verbatim = before - sum(s.tokens for s in state.segments)
-    reason = decide(options, before, verbatim, old, force=force)
-    if reason not in ("forced", "triggered"):
-        return state, unchanged_response(state, reason, before)
-    to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
-    try:
-        outcome = _compact_with_llm_slot(options, deps, to_compact, state, tokenizer)
-    except LlmBusyError:
-        if not defer_when_busy:
-            raise
-        return state, unchanged_response(state, "llm_busy", before)
-    # Turns recorded through record_turn were archived verbatim when they arrived.
-    unarchived = [t for t in to_compact if t.number > state.archived_turn]
-    archived = (archive_turns(deps.memories, deps.tenant, namespace, unarchived)
-                if persist_archive and namespace and unarchived else [])
-    kept = [m for t in old[len(to_compact):] + recent for m in t.messages]
-    new_state = state.model_copy(update={"buffer": kept, "segments": outcome.segments})
-    return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)
-
-
-def _compact_with_llm_slot(options: CompactOptions, deps: Deps, to_compact: list[Turn], state: SessionState,
-                           tokenizer: Tokenizer) -> CompactionOutcome:
-    """Run the engines; an LLM call holds one of the server's outbound slots for its whole run."""
-    with chat_client(options, deps) as chat:
-        return compact_turns([m for t in to_compact for m in t.messages], state.segments,
-                             segment_size=options.segment_size, max_segments=options.max_segments,
-                             engine=options.engine, chat=chat, tokenizer=tokenizer)
-
-
-def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn], *, force: bool) -> Reason:
-    """Return why compaction runs (forced/triggered) or why not.
-
-    `tokens` is the whole history (segments and verbatim turns), `verbatim` the turns' share of it.
-    """
-    if not old:
-        return "nothing_to_compact"
-    if force:
-        return "forced"
-    trigger = options.trigger_ratio * options.context_window
-    if tokens < trigger:
-        return "below_trigger"
-    if (options.wait_for_segment and len(old) < options.segment_size
-            and verbatim < trigger * PARTIAL_SEGMENT_SHARE):
-        return "waiting_for_segment"
-    return "triggered"
-
-
-def whole_segments(old: list[Turn], segment_size: int) -> list[Turn]:
-    """Return the oldest turns that fill whole segments (all old turns if not even one segment is full)."""
-    whole = len(old) - len(old) % segment_size
-    return old[:whole] if whole else old
-
-
-def first_free_turn(state: SessionState) -> int:
-    """Return the turn number the buffer starts from when its messages carry none."""
-    covered = max((s.turn_range[-1] for s in state.segments if s.turn_range), default=0)
-    return covered + 1
-
-
-def history_tokens(buffer: list[Message], segments: list[Segment], tokenizer: Tokenizer) -> int:
-    """Return the tokens the history costs as it stands: segments plus verbatim messages."""
-    return sum(s.tokens for s in segments) + sum(tokenizer.count_message(m) for m in buffer)
-
-
-def check_llm_options(options: CompactOptions, deps: Deps) -> None:
-    """Refuse (403) an `llm` override the operator does not allow, before anything is read or written.
-
-    Checked whenever overrides are given, even if this call ends up not compacting: a request that names a
-    refused URL is told so at once, not on the turn its trigger fires.
-    """
-    if options.llm is not None:
-        request_endpoint(deps.settings, options.llm.model_dump(exclude_none=True))
-
-
-@contextmanager
-def chat_client(options: CompactOptions, deps: Deps) -> Iterator[ChatClient | None]:
-    """Yield the LLM client for this call (per-request overrides within policy, else the configured one).
-
-    While the client is in use it holds an outbound slot (LlmGate): LlmBusyError when none is free.
-    """
-    if options.engine == "extractive":
-        yield None
-        return
-    overrides = options.llm.model_dump(exclude_none=True) if options.llm else {}
-    client = ChatClient.for_request(deps.settings, overrides) if overrides else None
-    chat = client if overrides else deps.chat
-    gate = deps.llm_gate
-    try:
-        if chat is None or gate is None:
-            yield chat
-            return
-        with gate.slot():
-            yield chat
-    finally:
-        if client is not None:
-            client.close()
-
-
-def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace, turns: list[Turn]) -> list[str]:
-    """Store every message of the turns verbatim as `turn` memories before they leave the buffer."""
-    rows: list[Memory] = []
-    for turn in turns:
-        for index, message in enumerate(turn.messages):
-            rows += archive_rows(namespace, turn.number, index, message, memories.now_ms(tenant, namespace))
-    # Ids derive from what is archived, so a retried request (after a store failure) rewrites the same
-    # rows instead of adding duplicates.
-    rows = [row.model_copy(update={"id": archive_id(tenant, row, memories.digest)}) for row in rows]
-    ids = [row.id for row in rows]
-    memories.save(tenant, rows, new_ids=memories.absent_archive_ids(tenant, namespace, ids))
-    return ids
-
-
-def archive_rows(namespace: Namespace, turn: int, index: int, message: Message, now: int) -> list[Memory]:
-    """Return the archive rows of one message (several when it is longer than one row holds)."""
-    text = message.content or describe_tool_calls(message)
-    pieces = [text[i:i + ARCHIVE_CHUNK_CHARS] for i in range(0, len(text), ARCHIVE_CHUNK_CHARS)] or [""]
-    meta = {**message.meta, "role": message.role, "message_index": index}
-    if message.name:
-        meta["name"] = message.name
-    if message.tool_call_id:
-        meta["tool_call_id"] = message.tool_call_id
-    if message.tool_calls:
-        meta["tool_calls"] = message.tool_calls
-    return [Memory(id=new_memory_id(), kind="turn", content=piece or "(empty)", importance=3, scope="session",
-                   agent_id=namespace.agent_id, session_id=namespace.session_id, user_id=namespace.user_id,
-                   created_at=now, updated_at=now, version=1, turn_range=[turn, turn],
-                   meta={**meta, "part": part, "parts": len(pieces)} if len(pieces) > 1 else meta)
-            for part, piece in enumerate(pieces)]
-
-
-def archive_id(tenant: str, row: Memory, digest: Callable[[str], str]) -> str:
-    """Return a deterministic id for an archived message part (digest: the repository's, keyed when encrypted)."""
-    turn = (row.turn_range or [0])[0]
-    key = json.dumps([tenant, row.agent_id, row.session_id, turn, row.meta.get("message_index"),
-                      row.meta.get("part"), row.meta.get("role"), row.content], ensure_ascii=False)
-    return "turn_" + digest(key)[:40]
-
-
-def describe_tool_calls(message: Message) -> str:
-    """Return a one-line text for a message that only carries tool calls."""
-    names = [str((call.get("function") or {}).get("name", "tool")) for call in message.tool_calls or []]
-    return f"[tool calls: {', '.join(names)}]" if names else ""
-
-
-def unchanged_response(state: SessionState, reason: Reason, tokens: int) -> CompactResponse:
-    stats = CompactStats(tokens_before=tokens, tokens_after=tokens, ratio=1.0, numbers_in_source=0,
-                         numbers_preserved=0, numbers_restored=0)
-    return CompactResponse(compacted=False, reason=reason, segments=state.segments, recent_messages=state.buffer,
-                           working_summary=render_working_summary(state.segments), stats=stats,
-                           version=state.version, archived_ids=[], engine_used="none")
-
-
-def compacted_response(state: SessionState, reason: Reason, before: int, outcome: CompactionOutcome,
-                       archived: list[str], tokenizer: Tokenizer) -> CompactResponse:
-    after = history_tokens(state.buffer, state.segments, tokenizer)
-    stats = CompactStats(tokens_before=before, tokens_after=after, ratio=round(after / before, 4) if before else 1.0,
-                         numbers_in_source=outcome.numbers_in_source, numbers_preserved=outcome.numbers_preserved,
-                         numbers_restored=outcome.numbers_restored)
-    return CompactResponse(compacted=True, reason=reason, segments=state.segments, recent_messages=state.buffer,
-                           working_summary=render_working_summary(state.segments), stats=stats,
-                           version=state.version, archived_ids=archived, engine_used=outcome.engine_used,
-                           fallback_reason=outcome.fallback_reason)
 
 
 NODE = NodeSpec(

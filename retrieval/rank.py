@@ -13,7 +13,7 @@ from pydantic import BeforeValidator, Field
 from common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
 from services.deps import Deps
 from storage.base import Filter
-from storage.memories import Scored, kinds_filter, live_filter, scope_filter
+from storage.memory_rows import Scored, kinds_filter, live_filter, scope_filter
 from text.lang import Language
 from text.query import speaker_names
 from text.terms import content_term_set, content_terms, expand_query

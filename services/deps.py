@@ -8,6 +8,8 @@ from common.errors import ValidationError
 from common.settings import Settings
 from providers.llm_guard import LlmGate
 from providers.openai_chat import ChatClient
+from providers.rerank import Reranker
+from services.slots import WorkSlots
 from storage.base import MemoryStore
 from storage.memories import MemoryRepository
 from storage.sessions import SessionRepository
@@ -30,6 +32,9 @@ class Deps:
     session_repository: SessionRepository | None = None
     chat: ChatClient | None = None
     llm_gate: LlmGate | None = None
+    compaction_slots: WorkSlots | None = None
+    # ACN_RERANK_URL's reranker, None when off; its rerank() never raises (a failure keeps the original order).
+    reranker: Reranker | None = None
 
     @property
     def memories(self) -> MemoryRepository:

@@ -106,6 +106,16 @@ class MemoryStore(ABC):
         """Insert records whose ids are new (faster than upsert where the store checks for old rows)."""
         self.upsert(collection, records)
 
+    def update_fields(self, collection: str, records: list[Record]) -> None:
+        """Set the given fields of rows that exist (each record: `id`, the partition key, the fields to set), the
+        other fields untouched; a row that does not exist is not created (the call fails). NotImplementedError
+        where the store cannot (then a caller rewrites whole rows)."""
+        raise NotImplementedError
+
+    def field_names(self, collection: str) -> set[str] | None:
+        """Return the fields of an existing collection (None: the store cannot tell)."""
+        return None
+
     @abstractmethod
     def search_text(
         self, collection: str, query: str, *, limit: int, where: Filter, fields: list[str]

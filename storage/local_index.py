@@ -273,7 +273,8 @@ def _top(scores: np.ndarray, limit: int) -> list[int]:
     if len(positive) > limit:  # only what reaches the limit-th best score (ties included) needs sorting
         values = scores[positive]
         positive = positive[values >= np.partition(values, len(values) - limit)[len(values) - limit]]
-    return positive[np.lexsort((positive, -scores[positive]))][:limit].tolist()
+    best: list[int] = positive[np.lexsort((positive, -scores[positive]))][:limit].tolist()
+    return best
 
 
 def _distinct_top(slots: np.ndarray, values: np.ndarray, limit: int, text_ids: np.ndarray) -> list[int]:
@@ -296,7 +297,8 @@ def _first_per_text(slots: np.ndarray, values: np.ndarray, text_ids: np.ndarray)
     order = np.lexsort((-slots, -values))  # best value first; among equal values the newest slot
     ranked = slots[order]
     _, first = np.unique(text_ids[ranked], return_index=True)
-    return ranked[np.sort(first)].tolist()
+    kept: list[int] = ranked[np.sort(first)].tolist()
+    return kept
 
 
 # A distinct search sorts this many times its limit first (copies of one text rank together).

@@ -74,6 +74,7 @@ class MilvusStore(MemoryStore):
         self._last_flush = time.monotonic()
         self._collections: set[str] = set()
         self._templates = False
+        self._partial: bool | None = None  # partial upserts supported (asked of a server once)
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
 
@@ -167,6 +168,30 @@ class MilvusStore(MemoryStore):
         # once a collection holds a few thousand rows).
         if records:
             self._write(collection, len(records), lambda c: c.insert(collection, records))
+
+    def update_fields(self, collection: str, records: list[Record]) -> None:
+        # Partial upserts: Milvus Lite 3.2.2 and servers from 2.6 on (a 2.5 server would need whole rows).
+        if not self.partial_updates:
+            raise NotImplementedError
+        if records:
+            self._write(collection, len(records), lambda c: c.upsert(collection, records, partial_update=True))
+
+    @property
+    def partial_updates(self) -> bool:
+        """True when the engine updates some fields of a row and leaves the others (Lite 3, Milvus >= 2.6)."""
+        if not self.is_server:
+            return True
+        if self._partial is None:
+            version = str(self._call(lambda c: c.get_server_version())).lstrip("v").split(".")
+            try:
+                self._partial = (int(version[0]), int(version[1])) >= (2, 6)
+            except (ValueError, IndexError):
+                self._partial = False
+        return self._partial
+
+    def field_names(self, collection: str) -> set[str] | None:
+        described = self._call(lambda c: c.describe_collection(collection))
+        return {str(field["name"]) for field in described.get("fields", [])}
 
     def delete(self, collection: str, where: Filter) -> None:
         self._write(collection, 1, lambda c: c.delete(collection, **self._filter_kwargs(where)))
@@ -397,7 +422,7 @@ def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]
 
 def _release_lite(path: str) -> None:
     """Stop the embedded Lite server of a file: closes its database and lock, not only our connection."""
-    from milvus_lite.server_manager import server_manager_instance  # type: ignore[import-untyped]
+    from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_server(path)
 

@@ -178,6 +178,14 @@ class SealedStore(MemoryStore):
     def insert(self, collection: str, records: list[Record]) -> None:
         self.inner.insert(collection, self._sealed(collection, records))
 
+    def update_fields(self, collection: str, records: list[Record]) -> None:
+        if collection in self.collections and any(set(r) & {*SEALED_FIELDS, CIPHER_FIELD} for r in records):
+            raise SealedFilterError("a partial update cannot set an encrypted field")  # only vectors and flags pass
+        self.inner.update_fields(collection, records)
+
+    def field_names(self, collection: str) -> set[str] | None:
+        return self.inner.field_names(collection)
+
     def search_text(self, collection: str, query: str, *, limit: int, where: Filter,
                     fields: list[str]) -> list[Hit]:
         if collection not in self.collections:
@@ -250,6 +258,12 @@ class RefusedStore(MemoryStore):
 
     def insert(self, collection: str, records: list[Record]) -> None:
         self._refuse()
+
+    def update_fields(self, collection: str, records: list[Record]) -> None:
+        self._refuse()
+
+    def field_names(self, collection: str) -> set[str] | None:
+        return self.inner.field_names(collection)
 
     def search_text(self, collection: str, query: str, *, limit: int, where: Filter,
                     fields: list[str]) -> list[Hit]:

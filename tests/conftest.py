@@ -99,12 +99,7 @@ def lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_for_port(port, process=process)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def post(client: FlaskClient, node: str, body: dict[str, Any], **kwargs: Any) -> Any:
@@ -136,18 +131,32 @@ def server_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def start_server(data_dir: Path, port: int, *, stderr: int = subprocess.DEVNULL, **env: str) -> subprocess.Popen[bytes]:
+    """Start `python server.py` on loopback over data_dir/memory.db (plus the ACN_* env given); wait until it listens."""
+    environment = server_env(**{"ACN_MILVUS_URI": str(data_dir / "memory.db"), "ACN_LOG_LEVEL": "WARNING", **env})
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=environment,
+                               stdout=subprocess.DEVNULL, stderr=stderr)
+    wait_for_port(port, timeout=60, process=process)
+    return process
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL if it has not exited within the timeout."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextmanager
 def serving(**settings: str) -> Iterator[str]:
     """Run `python server.py` on a fresh store (or the ACN_* settings given) and yield its base URL."""
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
-        env = server_env(**{"ACN_MILVUS_URI": str(Path(folder) / "memory.db"), "ACN_LOG_LEVEL": "WARNING",
-                            **settings})
-        process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = start_server(Path(folder), port, **settings)
         try:
-            wait_for_port(port, timeout=60, process=process)
             yield f"http://127.0.0.1:{port}"
         finally:
-            process.terminate()
-            process.wait(timeout=60)
+            stop_process(process, timeout=60)

@@ -9,8 +9,8 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import free_port
-from tests.integration_support import API_KEY, TENANT, LiveServer, SandboxHandler, start_server, stop_process
+from tests.conftest import free_port, start_server, stop_process
+from tests.integration_support import API_KEY, TENANT, LiveServer, SandboxHandler
 
 
 @pytest.fixture(scope="session")

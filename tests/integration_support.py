@@ -1,6 +1,6 @@
 """Helpers of the platform-integration tests; their fixtures are in tests/integration_fixtures.py.
 
-- `start_server`: the real server process on loopback.
+- the real server process on loopback: `start_server` / `stop_process` in tests/conftest.py.
 - a stand-in for Dify's code sandbox (langgenius/dify-sandbox's POST /v1/sandbox/run protocol) that runs the
   code with the Python 3.12 interpreter, so graphon's real code nodes execute.
 - `run_py312`: run a script from tests/py312 in the Python 3.12 environment and return its JSON output.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import ROOT, server_env, wait_for_port
+from tests.conftest import ROOT, server_env
 
 PY312 = ROOT / ".venv312" / "bin" / "python"
 PY312_SCRIPTS = ROOT / "tests" / "py312"
@@ -40,23 +39,6 @@ class LiveServer:
         headers = {"Authorization": f"Bearer {key or self.api_key}"}
         return requests.post(f"{self.base_url}/v1/nodes/{node}", json=body, headers=headers, timeout=60)
 
-
-def start_server(data_dir: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
-    """Start `python server.py` on loopback and wait until it listens."""
-    environment = server_env(ACN_MILVUS_URI=str(data_dir / "memory.db"), ACN_LOG_LEVEL="WARNING", **env)
-    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=environment,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, timeout=60, process=process)
-    return process
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def require_py312() -> Path:

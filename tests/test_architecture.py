@@ -15,8 +15,8 @@ LAYERS: list[set[str]] = [
     {"nodes"},
     {"assembly"},
     {"retrieval"},
-    {"memory"},
     {"compaction"},
+    {"memory"},
     {"editing"},
     {"services"},
     {"storage"},
@@ -129,3 +129,9 @@ def test_checker_sees_every_kind_of_import() -> None:
     names = imported_names(source, "retrieval")
     assert {"common.errors", "storage.memories", "nodes", "nodes.spec", "retrieval.render"} <= names
     assert {resolve(n) for n in names} >= {"common.errors", "storage.memories", "nodes.spec", "retrieval.render"}
+
+
+def test_architecture_document_places_every_package() -> None:
+    document = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = [package for package in RANK if f"`{package}/`" not in document and f"`{package}.py`" not in document]
+    assert missing == [], f"docs/ARCHITECTURE.md does not place {missing}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from app.openapi import ROOT
@@ -28,3 +29,19 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"^make test$", ci, re.MULTILINE)
     assert "## 中文快速上手" in README
+
+
+def test_the_version_has_one_source() -> None:
+    """pyproject reads common.pack.VERSION; manifest.yaml and the OpenAPI document are generated from it."""
+    import tomllib
+
+    import yaml
+
+    from common.pack import VERSION
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "common.pack.VERSION"}
+    assert yaml.safe_load((ROOT / "manifest.yaml").read_text(encoding="utf-8"))["version"] == VERSION
+    openapi = json.loads((ROOT / "schemas" / "openapi.json").read_text(encoding="utf-8"))
+    assert openapi["info"]["version"] == VERSION

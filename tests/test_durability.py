@@ -14,17 +14,9 @@ import pytest
 import requests
 
 from server import create_app
-from tests.conftest import ROOT, assert_error, free_port, make_settings, post, server_env, wait_for_port
+from tests.conftest import assert_error, free_port, make_settings, post, start_server, stop_process, wait_for_port
 
 WRITERS, WRITES_PER_WRITER = 4, 500
-
-
-def start_server(data: Path, port: int) -> subprocess.Popen[bytes]:
-    env = server_env(ACN_MILVUS_URI=str(data / "memory.db"), ACN_LOG_LEVEL="WARNING")
-    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, timeout=60, process=process)
-    return process
 
 
 def test_acknowledged_writes_survive_sigkill_during_a_write_storm(tmp_path: Path) -> None:
@@ -77,8 +69,7 @@ def test_acknowledged_writes_survive_sigkill_during_a_write_storm(tmp_path: Path
         missing = set(acknowledged) - stored
         assert missing == set(), f"{len(missing)} of {len(acknowledged)} acknowledged writes lost"
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop_process(process)
 
 
 @pytest.fixture()
@@ -98,8 +89,7 @@ def milvus_server(tmp_path: Path) -> Iterator[dict[str, object]]:
     def stop() -> None:
         process = handle["process"]
         assert isinstance(process, subprocess.Popen)
-        process.terminate()
-        process.wait(timeout=30)
+        stop_process(process)
 
     handle["start"], handle["stop"] = start, stop
     start()

@@ -10,15 +10,12 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import ROOT, free_port, server_env, serving, wait_for_port
+from tests.conftest import ROOT, free_port, server_env, serving
+from tests.conftest import start_server as start_test_server
 
 
 def start_server(data: Path, port: int) -> subprocess.Popen[bytes]:
-    env = server_env(ACN_MILVUS_URI=str(data / "memory.db"), ACN_LOG_LEVEL="WARNING")
-    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for_port(port, timeout=60, process=process)
-    return process
+    return start_test_server(data, port, stderr=subprocess.PIPE)  # stop() reads and closes stderr
 
 
 def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:

@@ -21,7 +21,8 @@ from memory.items import MemoryItem
 from memory.write import new_memory
 from server import create_app
 from storage.base import Filter
-from storage.memories import MemoryRepository, scope_filter
+from storage.memories import MemoryRepository
+from storage.memory_rows import scope_filter
 from storage.milvus import MilvusStore
 from storage.sealed import RowSealer, SealedFilterError
 from tests.conftest import assert_error, make_settings, post

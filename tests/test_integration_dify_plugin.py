@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from common.pack import VERSION as PACK_VERSION
 from integrations.generate import PLUGIN_DIR, TOOL_NODES, dify_plugin_files
 from integrations.package_dify import build
 from nodes import all_nodes
@@ -138,7 +139,7 @@ def sdk_report(live_server: LiveServer, tmp_path_factory: pytest.TempPathFactory
 
 def test_sdk_loads_the_package(sdk_report: dict[str, Any]) -> None:
     assert sdk_report["plugin"] == {"name": "agent_context_nodes", "author": "agent-context-nodes",
-                                    "version": "0.1.0"}
+                                    "version": PACK_VERSION}
     assert sdk_report["providers"] == ["agent_context_nodes"]
     assert sorted(sdk_report["tools"]) == sorted(TOOL_NODES) == sdk_report["registered_tools"]
     for tool in sdk_report["tools"].values():

@@ -22,15 +22,8 @@ from common.auth import DEFAULT_TENANT
 from common.models import Memory, Namespace
 from storage.base import CollectionSpec, Filter
 from storage.local_index import LocalIndex, stored_row
-from storage.memories import (
-    MemoryRepository,
-    kinds_filter,
-    live_filter,
-    memory_spec,
-    new_memory_id,
-    scope_filter,
-    to_record,
-)
+from storage.memories import MemoryRepository
+from storage.memory_rows import kinds_filter, live_filter, memory_spec, new_memory_id, scope_filter, to_record
 from storage.milvus import MilvusStore
 from storage.predicate import UnsupportedFilter, predicate
 from tests.conftest import make_settings, post
@@ -275,7 +268,8 @@ def test_new_rows_are_tokenized_off_the_request_path(fresh_app: Flask) -> None:
     namespace = Namespace(agent_id="tok", session_id="s")
     memories.save(DEFAULT_TENANT, [fact(namespace, "第一条：仓库在张江路")])
     assert found(memories, namespace, "仓库") == ["第一条：仓库在张江路"]  # loads the session's index
-    index = memories._local_index(DEFAULT_TENANT, namespace)
+    assert memories.cache is not None
+    index = memories.cache.local_index(DEFAULT_TENANT, namespace)
     assert index is not None
     memories.save(DEFAULT_TENANT, [fact(namespace, f"第{n}条：发票抬头是星辰科技{n}号") for n in range(2, 40)])
     deadline = time.monotonic() + 5
@@ -296,7 +290,7 @@ def test_the_index_can_be_turned_off(tmp_path: Path, ns: dict[str, str]) -> None
         assert write.status_code == 200
         body = post(client, "memory_retrieve", {**ns, "query": "仓库地址", "top_k": 3}).get_json()
         assert [m["content"] for m in body["memories"]] == ["仓库地址在张江路"]
-        assert app.extensions["acn"].memories._indexes == {}
+        assert app.extensions["acn"].memories.cache.indexes == {}
     finally:
         app.extensions["acn"].close()
 
@@ -305,7 +299,7 @@ def test_a_distinct_index_search_keeps_what_one_per_text_keeps_of_the_full_ranki
     # Texts of different lengths (no two score alike), each stored a few times: the index's distinct search
     # and one_per_text over the plain ranking pick the same copies in the same order, text and dense.
     from providers.embedders import HashEmbedder
-    from storage.memories import one_per_text
+    from storage.memory_rows import one_per_text
 
     embedder, rng = HashEmbedder(), random.Random(21)
     texts = [f"退款 refund {'原卡 ' * n}note {n}" for n in range(1, 13)]

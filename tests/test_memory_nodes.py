@@ -178,7 +178,7 @@ def test_dedup_in_a_namespace_too_large_to_load_stays_inside_the_namespace(fresh
     from common.auth import DEFAULT_TENANT
     from common.models import Memory
     from memory.pool import POOL_LIMIT
-    from storage.memories import new_memory_id
+    from storage.memory_rows import new_memory_id
 
     client = fresh_app.test_client()
     big, other = {"agent_id": "big", "session_id": "s1"}, {"agent_id": "someone-else", "session_id": "s1"}

@@ -14,7 +14,8 @@ from flask.testing import FlaskClient
 
 from common.auth import DEFAULT_TENANT
 from common.models import Memory, Namespace
-from storage.memories import MemoryRepository, new_memory_id
+from storage.memories import MemoryRepository
+from storage.memory_rows import new_memory_id
 from tests.conftest import post
 
 

@@ -9,7 +9,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from common.models import Memory, Message, Namespace
-from storage.memories import new_memory_id
+from storage.memory_rows import new_memory_id
 from storage.sessions import SessionState
 from tests.conftest import assert_error, post
 

@@ -16,7 +16,8 @@ from memory.items import MemoryItem
 from memory.write import new_memory
 from providers.embedders import HashEmbedder
 from storage.base import Filter
-from storage.memories import MemoryRepository, kinds_filter, live_filter, scope_filter, to_record
+from storage.memories import MemoryRepository
+from storage.memory_rows import kinds_filter, live_filter, scope_filter, to_record
 from storage.milvus import MAX_VARCHAR, MilvusStore
 from storage.sessions import SessionRepository, SessionState
 
@@ -211,7 +212,7 @@ def test_a_distinct_search_keeps_one_copy_of_a_text_and_fills_its_limit_with_oth
 
 
 def test_one_per_text_keeps_the_best_copy_and_the_newest_of_equal_ones() -> None:
-    from storage.memories import one_per_text
+    from storage.memory_rows import one_per_text
 
     ns = Namespace(agent_id="a", session_id="s")
     made = [new_memory(ns, MemoryItem(kind="fact", content=text), now) for text, now in

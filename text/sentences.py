@@ -63,6 +63,8 @@ _ABBREVIATIONS = frozenset(
 _WORD_BEFORE = re.compile(r"([A-Za-z](?:[A-Za-z.]*[A-Za-z])?)$")
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")
 _LIST_MARKER = re.compile(r"^\s*(?:\d{1,3}|[A-Za-z])$")
+_LIST_MARKER_AT = re.compile(r"\s*(?:\d{1,3}|[A-Za-z])$")  # _LIST_MARKER for match(text, pos, endpos)
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz.")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -102,11 +104,15 @@ def _soft_cuts(text: str, protected: list[tuple[int, int]]) -> list[int]:
 
 def _is_abbreviation(text: str, dot: int) -> bool:
     """Return True when the full stop at dot closes an abbreviation or a list marker."""
-    before = text[:dot]
-    line_start = max(before.rfind("\n"), before.rfind("。")) + 1
-    if _LIST_MARKER.match(before[line_start:]):
+    # Read in place, not in a copy of text[:dot], and search for the word only in the letters-and-dots run that
+    # ends at the dot (where any match of _WORD_BEFORE lies): per full stop, a long text cost its whole length.
+    line_start = max(text.rfind("\n", 0, dot), text.rfind("。", 0, dot)) + 1
+    if _LIST_MARKER_AT.match(text, line_start, dot):
         return True
-    word = _WORD_BEFORE.search(before)
+    run = dot - 1 if dot and text[dot - 1] == "\n" else dot  # "$" also matches before a final newline
+    while run > 0 and text[run - 1] in _WORD_CHARS:
+        run -= 1
+    word = _WORD_BEFORE.search(text[run:dot])
     if word is None:
         return False
     token = word.group(1).lower()

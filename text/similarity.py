@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
+import math
 import re
 import unicodedata
+from bisect import bisect_right
+from collections.abc import Iterator
 from functools import lru_cache
 
 _NOISE = re.compile(r"[\W_]+", re.UNICODE)
@@ -67,3 +71,45 @@ def can_reach(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
 def similarity(a: str, b: str) -> float:
     """Return how alike two texts are, in [0, 1] (1.0 for texts equal after normalisation)."""
     return shingle_similarity(shingles(a), shingles(b))
+
+
+class PrefixFilter:
+    """Find, for a list of shingle sets, the later sets that may reach a Dice threshold, without comparing pairs.
+
+    Prefix filtering (Chaudhuri et al., 2006; Xiao et al., "Efficient similarity joins", 2008): order every
+    bigram by how rare it is; a set of n bigrams shares at least m = ⌈t·n / (2 − t)⌉ bigrams with any set it
+    reaches Dice t with, so two such sets always share one bigram among the first n − m + 1 of each. Indexing only
+    those prefixes, a message meets the few messages that share a rare bigram with it instead of all of them:
+    deduplication stays near-linear where the pairwise scan was quadratic. Empty sets (no letters or digits)
+    reach Dice 1.0 with each other only and are kept in a bucket of their own.
+    """
+
+    def __init__(self, sets: list[frozenset[str]], threshold: float) -> None:
+        counts: dict[str, int] = {}
+        for shingle_set in sets:
+            for shingle in shingle_set:
+                counts[shingle] = counts.get(shingle, 0) + 1
+        self._postings: dict[str, list[int]] = {}
+        for position, shingle_set in enumerate(sets):
+            for shingle in _prefix(shingle_set, counts, threshold) if shingle_set else ("",):
+                self._postings.setdefault(shingle, []).append(position)
+        self._prefixes = [_prefix(s, counts, threshold) if s else ("",) for s in sets]
+
+    def later(self, position: int) -> Iterator[int]:
+        """Yield, in increasing order and once each, the positions after `position` that may reach the threshold."""
+        streams = []
+        for shingle in self._prefixes[position]:
+            postings = self._postings[shingle]
+            streams.append(iter(postings[bisect_right(postings, position):]))
+        previous = -1
+        for candidate in heapq.merge(*streams):
+            if candidate != previous:
+                previous = candidate
+                yield candidate
+
+
+def _prefix(shingle_set: frozenset[str], counts: dict[str, int], threshold: float) -> tuple[str, ...]:
+    ordered = sorted(shingle_set, key=lambda shingle: (counts[shingle], shingle))
+    # The 1e-9 keeps a product that should be an integer from rounding up: a longer prefix is always safe.
+    overlap = max(1, math.ceil(threshold * len(ordered) / (2 - threshold) - 1e-9))
+    return tuple(ordered[: len(ordered) - overlap + 1])

@@ -1,4 +1,5 @@
-"""When does a query need memory? Back-references and identity/constraint questions (seed 000 §4.3)."""
+"""When does a query need memory? When it refers back ("as I said", "上次") or asks who the user is or what rules
+hold: anything else is answered from the conversation itself, so retrieval would only add noise."""
 
 from __future__ import annotations
 

@@ -1,0 +1,176 @@
+"""Memories as store rows: the collection spec, record conversion, search candidates and the filters every read
+is built from (tenant, session group, session, namespace, scopes, live rows, kinds)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common.models import Memory, Namespace
+from storage.base import CollectionSpec, Filter, Record
+from storage.sealed import CIPHER_FIELD
+
+ALL_SCOPES = ("session", "user", "agent", "shared")
+MEMORY_FIELDS = {
+    "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "user_id": "varchar",
+    "scope": "varchar", "kind": "varchar", "key": "varchar", "importance": "float",
+    "created_at": "int64", "updated_at": "int64", "version": "int64", "valid_to": "int64",
+    "superseded_by": "varchar", "turn_from": "int64", "turn_to": "int64", "doc": "json",
+}
+OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
+# A collection with vectors holds this flag: 1 once a row's vector is its text's, 0 while the row waits in the
+# embedding backlog (storage/embedding_backlog.py) with pending_vector(). Dense search reads flagged rows only.
+EMBEDDED_FIELD = "embedded"
+EMBEDDED = Filter("embedded == 1")
+NO_TURN = -1
+# The store's query window: a session archive larger than this is read from the store each time.
+QUERY_WINDOW = 16384
+
+
+@dataclass(slots=True)  # not frozen: a search makes one per candidate, and a frozen init costs twice as much
+class Scored:
+    """A memory with the raw relevance signals a search produced."""
+
+    memory: Memory
+    bm25: float = 0.0
+    dense: float = 0.0
+    bm25_rank: int | None = None  # 1-based position in the BM25 list, for rank fusion
+    dense_rank: int | None = None  # 1-based position in the dense list
+
+
+def memory_spec(prefix: str, dense_dim: int, *, sealed: bool = False, flagged: bool = True) -> CollectionSpec:
+    """Return the memories collection spec; an embedder's dimension is part of the collection name.
+
+    Sealed (encrypted at rest, storage/sealed.py): another collection, whose BM25 field holds hashed tokens and
+    which has a field for the ciphertext. With a dimension, the EMBEDDED_FIELD flag too (flagged=False: a
+    collection created before the flag existed).
+    """
+    name = f"{prefix}_memories" + (f"_d{dense_dim}" if dense_dim else "") + ("_sealed" if sealed else "")
+    fields = {**MEMORY_FIELDS, **({EMBEDDED_FIELD: "int64"} if dense_dim and flagged else {})}
+    if not sealed:
+        return CollectionSpec(name=name, scalar_fields=fields, text_field="content",
+                              dense_dim=dense_dim, partition_key="tenant")
+    return CollectionSpec(name=name, scalar_fields={**fields, CIPHER_FIELD: "varchar"}, text_field="content",
+                          dense_dim=dense_dim, partition_key="tenant", analyzer="hashed")
+
+
+def pending_vector(dim: int) -> list[float]:
+    """Return the vector a row holds until its own is computed: a unit vector (a zero vector has no cosine; some
+    engines refuse one). Never compared: dense search filters on EMBEDDED."""
+    return [1.0] + [0.0] * (dim - 1)
+
+
+def to_record(memory: Memory, tenant: str, vector: list[float] | None) -> Record:
+    """Return the store row of a memory."""
+    turn_from, turn_to = (memory.turn_range or [NO_TURN, NO_TURN])[:2]
+    record: Record = {
+        "id": memory.id, "content": memory.content, "tenant": tenant, "agent_id": memory.agent_id,
+        "session_id": memory.session_id, "user_id": memory.user_id or "", "scope": memory.scope,
+        "kind": memory.kind, "key": memory.key or "", "importance": float(memory.importance),
+        "created_at": memory.created_at, "updated_at": memory.updated_at, "version": memory.version,
+        "valid_to": memory.valid_to or 0, "superseded_by": memory.superseded_by or "",
+        "turn_from": turn_from, "turn_to": turn_to,
+        "doc": {"meta": memory.meta, "source_ids": memory.source_ids, "history": memory.history or []},
+    }
+    if vector is not None:
+        record["dense"] = vector
+    return record
+
+
+def from_record(record: Record) -> Memory:
+    """Return the memory of a store row."""
+    doc = record.get("doc") or {}
+    has_turns = record.get("turn_from", NO_TURN) != NO_TURN
+    return Memory(
+        id=record["id"], kind=record["kind"], content=record["content"], key=record["key"] or None,
+        importance=round(float(record["importance"]), 3), scope=record["scope"], agent_id=record["agent_id"],
+        session_id=record["session_id"], user_id=record["user_id"] or None, created_at=record["created_at"],
+        updated_at=record["updated_at"], version=record["version"], valid_to=record["valid_to"] or None,
+        superseded_by=record["superseded_by"] or None,
+        turn_range=[record["turn_from"], record["turn_to"]] if has_turns else None,
+        source_ids=doc.get("source_ids"), meta=doc.get("meta") or {}, history=doc.get("history") or None,
+    )
+
+
+def new_memory_id() -> str:
+    """Return a fresh memory id."""
+    return "mem_" + uuid.uuid4().hex
+
+
+def one_per_text(hits: list[tuple[Memory, float]], limit: int) -> list[tuple[Memory, float]]:
+    """Return at most `limit` hits, best first, one per text: the best-scoring copy, the newest of equally
+    scoring ones (a repeated line is as recent as its last repetition). As LocalIndex's distinct search."""
+    place: dict[str, int] = {}
+    kept: list[tuple[Memory, float]] = []
+    for memory, score in hits:
+        at = place.get(memory.content)
+        if at is None:
+            if len(kept) < limit:
+                place[memory.content] = len(kept)
+                kept.append((memory, score))
+        elif score == kept[at][1] and memory.updated_at > kept[at][0].updated_at:
+            kept[at] = (memory, score)
+    return kept
+
+
+# Placeholder names say which filter they belong to: Filter.and_ refuses a clash, and the filters below are
+# combined freely (tenant_filter(...).and_(group_filter(...)).and_(scope_filter(...)) and so on).
+
+
+def tenant_filter(tenant: str) -> Filter:
+    """Return the filter every read starts from: one tenant never sees another's rows."""
+    return Filter("tenant == {tenant}", {"tenant": tenant})
+
+
+def group_filter(agent_id: str, session_id: str) -> Filter:
+    """Return the filter of every row a session may read: its own, its agent's other than other sessions',
+    and the shared ones. Every scope_filter of that namespace selects within it."""
+    return Filter('(agent_id == {group_agent} and (scope != "session" or session_id == {group_session}))'
+                  ' or scope == "shared"', {"group_agent": agent_id, "group_session": session_id})
+
+
+def session_filter(tenant: str, namespace: Namespace) -> Filter:
+    """Return the filter of one session's rows."""
+    return Filter("tenant == {session_tenant} and agent_id == {session_agent} and session_id == {session_id}",
+                  {"session_tenant": tenant, "session_agent": namespace.agent_id, "session_id": namespace.session_id})
+
+
+def namespace_filter(tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> Filter:
+    """Return the filter of an agent's rows, optionally narrowed to a session and/or a user."""
+    flt = Filter("tenant == {namespace_tenant} and agent_id == {namespace_agent}",
+                 {"namespace_tenant": tenant, "namespace_agent": agent_id})
+    if session_id:
+        flt = flt.and_(Filter("session_id == {namespace_session}", {"namespace_session": session_id}))
+    if user_id:
+        flt = flt.and_(Filter("user_id == {namespace_user}", {"namespace_user": user_id}))
+    return flt
+
+
+def scope_filter(namespace: Namespace, scopes: Sequence[str] | None = None) -> Filter:
+    """Return the filter of what a namespace may read: session + user + agent + shared by default."""
+    wanted = [s for s in (scopes or ALL_SCOPES) if s != "user" or namespace.user_id]
+    params: dict[str, Any] = {"scope_agent": namespace.agent_id, "scope_session": namespace.session_id,
+                              "scope_user": namespace.user_id or ""}
+    clauses = {
+        "session": '(scope == "session" and agent_id == {scope_agent} and session_id == {scope_session})',
+        "user": '(scope == "user" and agent_id == {scope_agent} and user_id == {scope_user})',
+        "agent": '(scope == "agent" and agent_id == {scope_agent})',
+        "shared": '(scope == "shared")',
+    }
+    template = " or ".join(clauses[s] for s in wanted) or 'scope == "none"'
+    used = {k: v for k, v in params.items() if "{" + k + "}" in template}
+    return Filter(template, used)
+
+
+def live_filter(include_superseded: bool) -> Filter:
+    """Return the filter that hides superseded memories unless asked for."""
+    return Filter("") if include_superseded else Filter("valid_to == 0")
+
+
+def kinds_filter(kinds: Sequence[str] | None, *, exclude_turns: bool) -> Filter:
+    """Return the filter of the kinds asked for (archived turns are excluded unless named)."""
+    if kinds:
+        return Filter("kind in {kinds}", {"kinds": list(kinds)})
+    return Filter('kind != "turn"') if exclude_turns else Filter("")

@@ -1,0 +1,413 @@
+"""What a repository over a Lite file keeps in memory, kept current by its own writes.
+
+With a Lite file this process is the only writer, so reads that every turn repeats are served from memory: the
+archived messages of recent sessions (neighbour expansion looks up turns by number), views that only a supersede,
+an update or a delete can change, parked batch indexes (a writer's dedup pool), the in-memory search index of
+each recent session (storage/local_index.py) and, per agent, the sessions that hold rows. Against a server other
+processes write too, so MemoryRepository builds no ReadCache there.
+
+Three counters tell what is still current: `_epoch` bumps on deletes and failed writes (everything is dropped),
+`_revision` on writes that can change a view, `_archive_epoch` on archive writes. Loads follow one protocol
+(storage/load_once.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar, cast
+
+from common.models import Memory, Namespace
+from storage.base import Filter, Record
+from storage.load_once import LoadOnce
+from storage.local_index import LocalIndex
+from storage.memory_rows import (
+    NO_TURN,
+    OUTPUT_FIELDS,
+    QUERY_WINDOW,
+    from_record,
+    group_filter,
+    session_filter,
+    tenant_filter,
+)
+from storage.predicate import supported
+
+# The caches, named and sized in one place. Session archives: at most CACHED_ARCHIVES sessions and about
+# CACHED_ARCHIVE_ROWS archived messages in all (the most recently used sessions stay).
+CACHED_ARCHIVES = 256
+CACHED_ARCHIVE_ROWS = 200_000
+CACHED_VIEWS = 1024
+CACHED_POOLS = 64
+# Sessions whose readable rows are searched in memory: at most this many (and about as many rows in all as the
+# repository is given). A session that can read more rows than the store's query window is searched in the store.
+CACHED_INDEXES = 256
+CACHED_INDEX_ROWS = 50_000
+CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+log = logging.getLogger("acn.store")
+Stamp = tuple[int, int, int]
+GroupKey = tuple[str, str, str]  # tenant, agent, session
+# The store query a cache loads with: (filter, fields, limit) -> rows of the memories collection.
+Query = Callable[[Filter, list[str], int], list[Record]]
+
+
+class ReadCache:
+    """The in-memory reads of one Lite repository: archives, views, parked objects, session indexes."""
+
+    def __init__(self, query: Query, *, dense_dim: int, index_rows: int = CACHED_INDEX_ROWS) -> None:
+        self._query = query
+        self._dense_dim = dense_dim
+        self.extra_fields: list[str] = []  # read with every row besides OUTPUT_FIELDS (the embedded flag)
+        self._lock = threading.Lock()
+        self._archives: OrderedDict[tuple[str, str, str], SessionArchive] = OrderedDict()
+        self._archive_epoch = 0  # bumps on every archive write: a load that raced one is not kept
+        self._revision = 0  # bumps on writes that can change a view (not on inserting new memories)
+        self._views: dict[Hashable, tuple[int, Any]] = {}
+        # Write counters that tell whether what a batch writer loaded is still what the store holds: per
+        # agent (its session, user and agent scopes), per tenant for the shared scope, and an epoch for
+        # deletes and failures. Archived messages are not counted (no dedup index holds them).
+        self._epoch = 0
+        self._agent_writes: dict[tuple[str, str], int] = {}
+        self._shared_writes: dict[str, int] = {}
+        self._parked: OrderedDict[Hashable, tuple[Stamp, Any]] = OrderedDict()
+        # Search indexes per (tenant, agent, session): the rows a session can read (see group_filter). Writes
+        # that land while one loads are queued and replayed onto it (a write is idempotent by id).
+        self._indexes: OrderedDict[GroupKey, LocalIndex] = OrderedDict()
+        self._index_loads: LoadOnce[GroupKey, list[tuple[Memory, Record]]] = LoadOnce(
+            self._lock, lambda: self._epoch, list)
+        # Per (tenant, agent): every session that holds session-scope rows, complete (each write adds its
+        # session; a delete may leave one listed, which only costs a scan). A new session absent from it reads
+        # exactly what a loaded sibling session reads minus that sibling's own rows: no scan of the collection
+        # (a Lite filter costs ~200 ms at 100k rows however little it matches). Sets being loaded collect the
+        # writes that land meanwhile, like the index loads.
+        self._agent_sessions: OrderedDict[tuple[str, str], set[str]] = OrderedDict()
+        self._session_loads: LoadOnce[tuple[str, str], set[str]] = LoadOnce(self._lock, lambda: self._epoch, set)
+        self._index_rows = index_rows  # 0: no in-process index
+        # Indexes with rows whose text a background thread tokenizes (LocalIndex.index_pending).
+        self._untokenized: set[LocalIndex] = set()
+        self._tokenize_wakeup = threading.Event()
+        self._tokenizer: threading.Thread | None = None
+
+    @property
+    def indexes(self) -> dict[GroupKey, LocalIndex]:
+        """The session indexes held now (a copy), for tests and diagnostics."""
+        with self._lock:
+            return dict(self._indexes)
+
+    def after_save(self, tenant: str, memories: list[Memory], records: list[Record], fresh: set[str]) -> None:
+        """Bring the caches up to date with a batch that landed."""
+        with self._lock:
+            self._index_saved(tenant, memories, records)
+            for memory in memories:
+                if memory.scope == "session":
+                    for known in (self._agent_sessions.get((tenant, memory.agent_id)),
+                                  self._session_loads.queues().get((tenant, memory.agent_id))):
+                        if known is not None:
+                            known.add(memory.session_id)
+            if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
+                self._revision += 1
+            counted = [m for m in memories if m.kind != "turn"]
+            for agent in {(tenant, m.agent_id) for m in counted}:
+                self._agent_writes[agent] = self._agent_writes.get(agent, 0) + 1
+            if any(m.scope == "shared" for m in counted):
+                self._shared_writes[tenant] = self._shared_writes.get(tenant, 0) + 1
+            for memory in memories:
+                if memory.kind != "turn":
+                    continue
+                self._archive_epoch += 1
+                archive = self._archives.get((tenant, memory.agent_id, memory.session_id))
+                if archive is not None:
+                    archive.put(memory)
+
+    def vectors_filled(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
+        """Put rows whose vectors were just written into the indexes (nothing else a vector changes)."""
+        with self._lock:
+            self._index_saved(tenant, memories, records)
+
+    def _index_saved(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
+        """Put saved rows into the indexes (and queues of indexes loading) of the sessions that can read them."""
+        by_agent: dict[str, list[tuple[Memory, Record]]] = {}
+        shared: list[tuple[Memory, Record]] = []
+        for memory, record in zip(memories, records, strict=True):
+            (shared if memory.scope == "shared" else by_agent.setdefault(memory.agent_id, [])).append((memory, record))
+        loading = self._index_loads.queues()
+        for key in (*self._indexes, *loading):
+            if key[0] != tenant or not (shared or key[1] in by_agent):
+                continue
+            mine = shared + [(m, r) for m, r in by_agent.get(key[1], ())
+                             if m.scope != "session" or m.session_id == key[2]]
+            if not mine:
+                continue
+            index = self._indexes.get(key)
+            if index is not None:
+                for memory, record in mine:
+                    index.put(memory, record, tokenize=False)
+                self._tokenize_later(index)
+            if key in loading:
+                loading[key].extend(mine)
+
+    def _tokenize_later(self, index: LocalIndex) -> None:
+        """Have the background thread tokenize the index's new rows (called with the cache lock held)."""
+        self._untokenized.add(index)
+        if self._tokenizer is None:
+            self._tokenizer = threading.Thread(target=self._tokenize_loop, name="acn-tokenize", daemon=True)
+            self._tokenizer.start()
+        self._tokenize_wakeup.set()
+
+    def _tokenize_loop(self) -> None:
+        while True:
+            self._tokenize_wakeup.wait()
+            self._tokenize_wakeup.clear()
+            with self._lock:
+                work, self._untokenized = list(self._untokenized), set()
+            for index in work:
+                try:
+                    index.index_pending()
+                except Exception:  # the next search tokenizes what is left and reports any error itself
+                    log.exception("tokenizing new rows failed")
+
+    def forget_all(self) -> None:
+        """Drop everything: part of a failed batch may have landed unrecorded, a delete may change any view."""
+        with self._lock:
+            self._indexes.clear()
+            self._index_loads.clear_overflow()
+            self._agent_sessions.clear()
+            self._session_loads.clear_overflow()  # a delete may have made an agent small again
+            self._archives.clear()
+            self._views.clear()
+            self._parked.clear()
+            self._revision += 1
+            self._archive_epoch += 1
+            self._epoch += 1
+
+    def stamp(self, tenant: str, agent_id: str) -> Stamp:
+        """Return the write counters an agent's memories depend on: (epoch, agent's writes, shared writes)."""
+        with self._lock:
+            return self._stamp(tenant, agent_id)
+
+    def _stamp(self, tenant: str, agent_id: str) -> Stamp:
+        return self._epoch, self._agent_writes.get((tenant, agent_id), 0), self._shared_writes.get(tenant, 0)
+
+    def park(self, tenant: str, agent_id: str, key: Hashable, value: Any, stamp: Stamp) -> None:
+        """Keep an object built from an agent's memories as of `stamp` (e.g. a batch writer's dedup index).
+
+        `unpark` hands it back only while nothing it depends on was written since; against a server nothing
+        is kept.
+        """
+        with self._lock:
+            if stamp != self._stamp(tenant, agent_id):
+                return
+            self._parked[key] = (stamp, value)
+            self._parked.move_to_end(key)
+            while len(self._parked) > CACHED_POOLS:
+                self._parked.popitem(last=False)
+
+    def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
+        """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
+        with self._lock:
+            parked = self._parked.pop(key, None)
+            if parked is None or parked[0] != self._stamp(tenant, agent_id):
+                return None
+            return parked[1]
+
+    def view(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """Return compute(), remembered until a write that could change it (supersede, update, delete).
+
+        Only for views that inserting brand-new memories cannot change, such as "which values were superseded".
+        """
+        with self._lock:
+            revision = self._revision
+            cached = self._views.get(key)
+        if cached is not None and cached[0] == revision:
+            return cast(T, cached[1])
+        value = compute()
+        with self._lock:
+            if len(self._views) >= CACHED_VIEWS:
+                self._views.clear()
+            self._views[key] = (revision, value)  # a write during compute() bumped the revision: recomputed next time
+        return value
+
+    def archived_messages(self, tenant: str, namespace: Namespace, turns: set[int]) -> list[Memory] | None:
+        """Return the session's live archived messages of the given turns, in stored order (None: ask the store)."""
+        archive = self._session_archive(tenant, namespace)
+        if archive is None:
+            return None
+        with self._lock:  # a concurrent save may be adding to this session's archive
+            stored = archive.of_turns(turns)
+        return sorted((m for m in stored if m.scope == "session" and not m.valid_to),
+                      key=lambda m: (m.created_at, m.id))
+
+    def absent_archive_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
+        """Return the ids among `ids` that the session's archive certainly does not hold."""
+        archive = self._session_archive(tenant, namespace)
+        if archive is None:
+            return set()
+        with self._lock:
+            return set(ids) - archive.by_id.keys()
+
+    def _session_archive(self, tenant: str, namespace: Namespace) -> SessionArchive | None:
+        key = (tenant, namespace.agent_id, namespace.session_id)
+        with self._lock:
+            archive = _recent(self._archives, key)
+            if archive is not None:
+                return archive
+            epoch = self._archive_epoch
+        where = session_filter(tenant, namespace).and_(Filter('kind == "turn"'))
+        index = self.local_index(tenant, namespace)
+        if index is not None:
+            archive = SessionArchive(index.select(where))
+        else:
+            rows = self._query(where, OUTPUT_FIELDS, QUERY_WINDOW)
+            if len(rows) >= QUERY_WINDOW:
+                return None
+            archive = SessionArchive(map(from_record, rows))
+        with self._lock:
+            if epoch == self._archive_epoch:  # no archive write raced the read
+                self._archives[key] = archive
+                while len(self._archives) > 1 and (len(self._archives) > CACHED_ARCHIVES or sum(
+                        len(kept) for kept in self._archives.values()) > CACHED_ARCHIVE_ROWS):
+                    self._archives.popitem(last=False)
+        return archive
+
+    # -- session indexes -------------------------------------------------------------------
+
+    def local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None) -> LocalIndex | None:
+        """Return the in-memory index of the rows a session can read, loading it on first use.
+
+        None when `where` uses syntax the index cannot evaluate, when the session can read more rows than one
+        store query returns, or while another thread loads it: the store answers instead.
+        """
+        if not self._index_rows or (where is not None and not supported(where)):
+            return None
+        key = (tenant, namespace.agent_id, namespace.session_id)
+        with self._lock:
+            index = _recent(self._indexes, key)
+            if index is not None:
+                return index
+            if self._index_loads.busy(key):
+                return None
+            has_sibling = self._sibling(key) is not None
+        if has_sibling and self._sessions_with_rows(tenant, namespace.agent_id) is not None:
+            with self._lock:  # checked again: a write or a load may have come in between
+                index = self._indexes.get(key)
+                if index is None and not self._index_loads.busy(key):
+                    index = self._sibling_view(key)
+                if index is not None:
+                    return index
+        return self._index_loads.load(key, lambda: self._read_group(key), overflows=lambda loaded: loaded is None,
+                                      install=lambda loaded, queued: self._install_loaded(key, loaded, queued),
+                                      installed=lambda: self._indexes.get(key))
+
+    def _read_group(self, key: GroupKey) -> LocalIndex | None:
+        """Return a new index of every row the session can read (None: more than one query returns)."""
+        fields = OUTPUT_FIELDS + (["dense"] if self._dense_dim else []) + self.extra_fields
+        rows = self._query(tenant_filter(key[0]).and_(group_filter(*key[1:])), fields, QUERY_WINDOW)
+        if len(rows) >= QUERY_WINDOW:
+            return None
+        index = LocalIndex(self._dense_dim)
+        for row in rows:  # texts are tokenized by the first text search (or the background)
+            index.put(from_record(row), row, tokenize=False)
+        return index
+
+    def _install_loaded(self, key: GroupKey, index: LocalIndex | None,
+                        queued: list[tuple[Memory, Record]]) -> LocalIndex | None:
+        """Replay the writes that landed during the load, then keep the index (called with the lock held)."""
+        if index is None:
+            return None
+        for memory, record in queued:
+            index.put(memory, record, tokenize=False)
+        self._install(key, index)
+        return index
+
+    def _install(self, key: GroupKey, index: LocalIndex) -> None:
+        """Keep a session's index, least recently used ones out first (called with the lock held)."""
+        self._indexes[key] = index
+        self._tokenize_later(index)
+        while len(self._indexes) > 1 and (len(self._indexes) > CACHED_INDEXES or sum(
+                len(kept) for kept in self._indexes.values()) > self._index_rows):
+            self._indexes.popitem(last=False)
+
+    def _sibling(self, key: GroupKey) -> LocalIndex | None:
+        """Return a loaded index of another session of the same agent (called with the lock held)."""
+        return next((index for other, index in self._indexes.items() if other[:2] == key[:2]), None)
+
+    def _sibling_view(self, key: GroupKey) -> LocalIndex | None:
+        """Return and keep the index of a session known to hold no rows of its own, built from a sibling's.
+
+        A session reads its own rows, its agent's other-scope rows and the shared rows (group_filter); a sibling
+        reads the same but for its own session rows, so those are all that is left out. Called with the
+        lock held: no write lands between the check and the copy, and later writes reach the new index.
+        """
+        sessions = self._agent_sessions.get(key[:2])
+        sibling = self._sibling(key)
+        if sessions is None or key[2] in sessions or sibling is None:
+            return None
+        index = sibling.subset(lambda memory: memory.scope != "session")
+        self._install(key, index)
+        return index
+
+    def _sessions_with_rows(self, tenant: str, agent_id: str) -> set[str] | None:
+        """Return every session of the agent holding session-scope rows (None: more than one query returns)."""
+        key = (tenant, agent_id)
+        with self._lock:
+            known = _recent(self._agent_sessions, key)
+            if known is not None:
+                return known
+        listing = Filter('tenant == {listing_tenant} and agent_id == {listing_agent} and scope == "session"',
+                         {"listing_tenant": tenant, "listing_agent": agent_id})
+        # An overflowing agent is not listed again: each new session would pay for it twice.
+        return self._session_loads.load(key, lambda: self._query(listing, ["session_id"], QUERY_WINDOW),
+                                        overflows=lambda rows: len(rows) >= QUERY_WINDOW,
+                                        install=lambda rows, written: self._install_sessions(key, rows, written),
+                                        installed=lambda: self._agent_sessions.get(key))
+
+    def _install_sessions(self, key: tuple[str, str], rows: list[Record], written: set[str]) -> set[str]:
+        """Keep the agent's sessions: the rows listed plus the writes that landed during the query."""
+        sessions = self._agent_sessions.setdefault(key, set())
+        sessions.update(written, (str(row["session_id"]) for row in rows))
+        while len(self._agent_sessions) > CACHED_AGENT_SESSIONS:
+            self._agent_sessions.popitem(last=False)
+        return sessions
+
+
+class SessionArchive:
+    """A session's archived messages by id, and by turn number (what neighbour expansion looks up)."""
+
+    def __init__(self, messages: Iterable[Memory] = ()) -> None:
+        self.by_id: dict[str, Memory] = {}
+        self.by_turn: dict[int, dict[str, Memory]] = {}
+        for message in messages:
+            self.put(message)
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def put(self, message: Memory) -> None:
+        """Add a message or replace the one with the same id."""
+        old = self.by_id.get(message.id)
+        if old is not None:
+            self.by_turn.get(_turn_of(old), {}).pop(old.id, None)
+        self.by_id[message.id] = message
+        self.by_turn.setdefault(_turn_of(message), {})[message.id] = message
+
+    def of_turns(self, turns: Iterable[int]) -> list[Memory]:
+        """Return the messages of the given turns."""
+        return [m for turn in turns for m in self.by_turn.get(turn, {}).values()]
+
+
+def _recent(cache: OrderedDict[K, V], key: K) -> V | None:
+    """Return a cached value and mark it the most recently used (the caches drop the least recently used)."""
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
+
+
+def _turn_of(memory: Memory) -> int:
+    return memory.turn_range[0] if memory.turn_range else NO_TURN
+
+

@@ -1,0 +1,71 @@
+"""A real loopback HTTP server whose answers a test scripts with a function (rerank and embeddings stand-ins)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# (path, headers, parsed JSON body) -> (status, body, extra headers); a body that is not bytes is sent as JSON.
+Answer = Callable[[str, dict[str, str], Any], tuple[int, Any, dict[str, str]]]
+
+
+@dataclass
+class StandIn:
+    url: str = ""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False  # joined on close: no socket outlives the test
+    block_on_close = True
+
+
+@contextmanager
+def stand_in(answer: Answer) -> Iterator[StandIn]:
+    """Serve `answer` on 127.0.0.1 for the duration of the block."""
+    state = StandIn()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                body: Any = json.loads(raw)
+            except ValueError:
+                body = None
+            headers = dict(self.headers.items())
+            state.requests.append({"path": self.path, "headers": headers, "json": body})
+            status, payload, extra = answer(self.path, headers, body)
+            if state.stop.is_set():
+                return
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = _Server(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        state.stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,225 @@
+"""Vectors off the request path (issue 17 §2): rows are BM25-searchable at once, the backlog worker fills their
+vectors, dense search never returns a row that waits, a killed process's backlog is resumed, concurrent rewrites
+are not undone. Real Milvus Lite files on tmp_path; the hash embedder (or a test embedder) stands in for e5."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from common.models import Memory, Namespace
+from providers.embedders import Embedder, HashEmbedder
+from server import create_app
+from storage.base import Filter
+from storage.embedding_backlog import EmbeddingBacklog
+from storage.memories import MemoryRepository
+from storage.memory_rows import EMBEDDED_FIELD, memory_spec, pending_vector
+from storage.milvus import MilvusStore
+from tests.conftest import ROOT, make_settings, post
+
+NS = Namespace(agent_id="a", session_id="s")
+TEXTS = ("the reconciliation timeout is 30 seconds", "my sister likes ramen with extra egg",
+         "the invoice account is 6222 0000 1111", "we moved the standup to Thursday")
+
+
+def memory(index: int, content: str, **update: object) -> Memory:
+    base = Memory(id=f"m{index}", kind="fact", content=content, scope="session", agent_id="a", session_id="s",
+                  created_at=1000 + index, updated_at=1000 + index, version=1, importance=5.0)
+    return base.model_copy(update=update)
+
+
+def open_repository(folder: Path, embedder: Embedder | None = None, *,
+                    embed_later: bool = True) -> tuple[MilvusStore, MemoryRepository]:
+    store = MilvusStore(str(folder / "memory.db")).open()
+    repository = MemoryRepository(store, prefix="bk", embedder=embedder or HashEmbedder(), embed_later=embed_later)
+    repository.open()
+    return store, repository
+
+
+@pytest.fixture()
+def opened(tmp_path: Path) -> Iterator[tuple[MilvusStore, MemoryRepository]]:
+    store, repository = open_repository(tmp_path)
+    yield store, repository
+    store.close()
+
+
+def stored(repository: MemoryRepository) -> dict[str, dict[str, object]]:
+    rows = repository.store.query(repository.spec.name, Filter(""), fields=["id", "content", "valid_to", "dense",
+                                                                             EMBEDDED_FIELD], limit=100)
+    return {str(row["id"]): row for row in rows}
+
+
+@pytest.mark.parametrize("within", [NS, None], ids=["in-process index", "store search"])
+def test_rows_are_found_by_text_at_once_and_by_vector_after_the_worker(
+        opened: tuple[MilvusStore, MemoryRepository], within: Namespace | None) -> None:
+    _, repository = opened
+    backlog = EmbeddingBacklog(repository)  # not started: nothing is embedded until drain
+    repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
+    assert {row[EMBEDDED_FIELD] for row in stored(repository).values()} == {0}
+    assert backlog.queued() == len(TEXTS)
+
+    hits = repository.search("t", "reconciliation timeout", Filter(""), limit=5, within=within)
+    assert [h.memory.id for h in hits if h.bm25_rank == 1] == ["m0"]  # BM25 finds the row at once
+    assert all(h.dense_rank is None for h in hits)  # dense search skips every row that waits
+
+    assert backlog.drain(timeout=30)
+    rows = stored(repository)
+    assert {row[EMBEDDED_FIELD] for row in rows.values()} == {1}
+    for i, text in enumerate(TEXTS):
+        assert rows[f"m{i}"]["dense"] == pytest.approx(HashEmbedder().embed(text), abs=1e-6)
+    hits = repository.search("t", "reconciliation timeout", Filter(""), limit=5, within=within)
+    assert next(h for h in hits if h.memory.id == "m0").dense_rank == 1
+    assert backlog.filled == len(TEXTS)
+
+
+class SentinelQuery(HashEmbedder):
+    """Every query vector is exactly the placeholder vector of a waiting row: its cosine with one would be 1.0."""
+
+    name: ClassVar[str] = "sentinel-query"
+
+    def embed_query(self, text: str) -> list[float]:
+        return pending_vector(self.dim)
+
+
+@pytest.mark.parametrize("within", [NS, None], ids=["in-process index", "store search"])
+def test_dense_search_never_returns_a_row_that_waits_for_its_vector(tmp_path: Path, within: Namespace | None) -> None:
+    store, repository = open_repository(tmp_path, SentinelQuery())
+    try:
+        EmbeddingBacklog(repository)
+        repository.save("t", [memory(0, "waiting row")])
+        hits = repository.search("t", "anything else", Filter(""), limit=5, within=within)
+        assert [h.memory.id for h in hits if h.dense_rank is not None] == []
+    finally:
+        store.close()
+
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from tests.test_embedding_backlog import TEXTS, memory, open_repository
+    from storage.embedding_backlog import EmbeddingBacklog
+    store, repository = open_repository(Path(sys.argv[1]))
+    EmbeddingBacklog(repository)  # the worker never runs: killed before it drains
+    for i, text in enumerate(TEXTS * 5):
+        repository.save("t", [memory(i, f"{text} #{i}")])
+    print("written", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_killed_process_leaves_its_backlog_for_the_next_start(tmp_path: Path) -> None:
+    child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT, capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL and b"written" in child.stdout, child.stderr[-2000:]
+    store, repository = open_repository(tmp_path)
+    try:
+        assert len(stored(repository)) == 20 and {r[EMBEDDED_FIELD] for r in stored(repository).values()} == {0}
+        backlog = EmbeddingBacklog(repository)  # a fresh start: the store scan finds the waiting rows
+        assert backlog.drain(timeout=60)
+        rows = stored(repository)
+        assert {row[EMBEDDED_FIELD] for row in rows.values()} == {1}
+        assert all(row["dense"] == pytest.approx(HashEmbedder().embed(str(row["content"])), abs=1e-6)
+                   for row in rows.values())
+    finally:
+        store.close()
+
+
+def test_a_row_rewritten_while_its_text_was_embedded_keeps_the_new_text_and_gets_its_vector(
+        opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    _, repository = opened
+    backlog = EmbeddingBacklog(repository)
+    repository.save("t", [memory(0, "old text"), memory(1, "kept text")])
+    embedder = HashEmbedder()
+    # The worker embedded "old text"; before it writes, a request rewrites m0 and supersedes m1.
+    repository.save("t", [memory(0, "new text"), memory(1, "kept text", valid_to=5000, superseded_by="m9")])
+    written = backlog.fill("t", [("m0", "old text", embedder.embed("old text")),
+                                 ("m1", "kept text", embedder.embed("kept text"))])
+    rows = stored(repository)
+    assert written == 1 and rows["m0"][EMBEDDED_FIELD] == 0 and rows["m0"]["content"] == "new text"
+    assert rows["m1"][EMBEDDED_FIELD] == 1 and rows["m1"]["valid_to"] == 5000  # the supersede is not undone
+    assert backlog.drain(timeout=30)
+    rows = stored(repository)
+    assert rows["m0"][EMBEDDED_FIELD] == 1 and rows["m0"]["dense"] == pytest.approx(embedder.embed("new text"),
+                                                                                      abs=1e-6)
+
+
+def test_two_workers_on_the_same_rows_write_the_same_vectors(opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    _, repository = opened
+    first = EmbeddingBacklog(repository)
+    second = EmbeddingBacklog(repository)  # both get every row (the scan), as two processes on one server would
+    repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
+    vectors = HashEmbedder().embed_batch(list(TEXTS))
+    items = [(f"m{i}", text, vectors[i]) for i, text in enumerate(TEXTS)]
+    assert first.fill("t", items) == len(TEXTS)
+    assert second.fill("t", items) == 0  # the rows no longer wait: nothing is written twice
+    assert second.drain(timeout=30) and first.drain(timeout=30)
+    rows = stored(repository)
+    assert all(rows[f"m{i}"]["dense"] == pytest.approx(vectors[i], abs=1e-6) for i in range(len(TEXTS)))
+
+
+def test_a_deleted_row_is_not_created_again_by_its_vector(opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    _, repository = opened
+    backlog = EmbeddingBacklog(repository)
+    repository.save("t", [memory(0, "to delete"), memory(1, "to keep")])
+    repository.delete_ids("t", ["m0"])
+    assert backlog.drain(timeout=30)
+    assert set(stored(repository)) == {"m1"} and stored(repository)["m1"][EMBEDDED_FIELD] == 1
+
+
+def test_a_collection_written_before_the_flag_is_embedded_inline(tmp_path: Path) -> None:
+    store = MilvusStore(str(tmp_path / "memory.db")).open()
+    try:
+        store.ensure(memory_spec("bk", HashEmbedder().dim, flagged=False))  # as an earlier version created it
+        repository = MemoryRepository(store, prefix="bk", embedder=HashEmbedder(), embed_later=True)
+        repository.open()
+        assert not repository.embed_later and EMBEDDED_FIELD not in repository.spec.scalar_fields
+        repository.save("t", [memory(0, "the reconciliation timeout is 30 seconds")])
+        hits = repository.search("t", "reconciliation timeout", Filter(""), limit=5, within=NS)
+        assert hits and hits[0].dense_rank == 1
+    finally:
+        store.close()
+
+
+def test_encrypted_rows_get_their_vectors_and_stay_sealed(tmp_path: Path) -> None:
+    from cryptography.fernet import Fernet
+
+    from storage.sealed import RowSealer
+
+    store = MilvusStore(str(tmp_path / "memory.db")).open()
+    try:
+        repository = MemoryRepository(store, prefix="bk", embedder=HashEmbedder(), embed_later=True,
+                                      sealer=RowSealer(Fernet.generate_key().decode()))
+        repository.open()
+        backlog = EmbeddingBacklog(repository)
+        repository.save("t", [memory(0, "the reconciliation timeout is 30 seconds")])
+        assert backlog.drain(timeout=30) and backlog.filled == 1
+        raw = store.query(repository.spec.name, Filter(""), fields=["content", "sealed", EMBEDDED_FIELD], limit=5)
+        assert raw[0][EMBEDDED_FIELD] == 1 and "timeout" not in str(raw[0]["content"]) + str(raw[0]["sealed"])
+        hits = repository.search("t", "reconciliation timeout", Filter(""), limit=5)
+        assert hits[0].memory.content == "the reconciliation timeout is 30 seconds" and hits[0].dense_rank == 1
+    finally:
+        store.close()
+
+
+def test_the_server_embeds_recorded_turns_in_the_background(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path, embedder="hash", embedding_backlog="on"))
+    runtime = app.extensions["acn"]
+    try:
+        assert runtime.backlog is not None and runtime.memories.embed_later
+        client = app.test_client()
+        ns = {"agent_id": "bg", "session_id": "s1"}
+        response = post(client, "record_turn", {**ns, "messages": [
+            {"role": "user", "content": "the reconciliation timeout is 30 seconds"},
+            {"role": "assistant", "content": "noted"}]})
+        assert response.status_code == 200, response.get_data(as_text=True)
+        assert runtime.backlog.drain(timeout=30)
+        rows = stored(runtime.memories)
+        assert rows and {row[EMBEDDED_FIELD] for row in rows.values()} == {1}
+    finally:
+        runtime.close()
