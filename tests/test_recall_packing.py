@@ -101,3 +101,21 @@ def test_the_message_two_after_a_hit_is_served(client: FlaskClient, ns: dict[str
                                      "user_input": "Tell me about the comet", "messages": []}).get_json()
     # The answer shares no word with the question: it is two messages after the line that matched.
     assert "Ann: Bright green with a long tail." in body["memory_text"]
+
+
+def test_a_segment_too_long_for_its_layer_is_cut_to_fit_not_dropped() -> None:
+    """Issue 17 §3: a compacted segment longer than the working layer's share was dropped whole (3,714 tokens
+    against a few hundred), leaving the layer empty; the first segment is now cut to the room left."""
+    from assembly.fit import MIN_CUT_TOKENS, Item, fit_text_items
+    from text.tokens import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    long_text = "[摘要 第1-80轮] 目标: 对账自动化 | 事实: " + "；".join(f"第{i}笔订单金额{i * 37}元" for i in range(400))
+    segment = Item(key="seg-1", variants=[long_text], order=(0,), cut=True)
+    fitted = fit_text_items([segment], 300, tokenizer)
+    assert [item.key for item in fitted.items] == ["seg-1"] and not fitted.dropped
+    assert fitted.tokens <= 300 and fitted.items[0].chosen.startswith("[摘要 第1-80轮] 目标: 对账自动化")
+    whole = Item(key="seg-2", variants=[long_text], order=(0,))
+    assert fit_text_items([whole], 300, tokenizer).items == []  # an item not marked cuttable is still dropped
+    assert fit_text_items([Item(key="seg-3", variants=[long_text], order=(0,), cut=True)], MIN_CUT_TOKENS,
+                          tokenizer).items == []  # too little room to say anything: dropped
