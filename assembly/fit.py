@@ -124,3 +124,18 @@ def fit_message_items(candidates: list[Item], budget: int, tokenizer: Tokenizer)
             dropped.append((item, cost))
     kept.sort(key=lambda k: k.order)
     return Fitted(kept, dropped, used)
+
+
+def surely_kept(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> list[Item]:
+    """Return the leading items (turns, newest first) whose messages fit in `budget` together.
+
+    fit_message_items skips a turn too big for the room and goes on, so with more room a turn kept before can
+    be pushed out by a bigger, newer one; these leading items stay whatever room above `budget` the layer gets.
+    """
+    kept, used = [], 0
+    for item in candidates:
+        used += sum(tokenizer.count_message(m) for m in item.messages)
+        if used > budget:
+            break
+        kept.append(item)
+    return kept

@@ -89,8 +89,7 @@ def relative_floor(max_tokens: int) -> float:
     them, and the second fact a question needs often matches it only weakly. So the floor falls in proportion
     as the budget grows past FLOOR_BUDGET.
     """
-    import os
-    return float(os.environ.get("R17_FLOOR", RELATIVE_FLOOR)) * min(1.0, FLOOR_BUDGET / max_tokens)
+    return RELATIVE_FLOOR * min(1.0, FLOOR_BUDGET / max_tokens)
 
 
 def turn_pool(max_tokens: int) -> int:

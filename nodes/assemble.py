@@ -10,7 +10,7 @@ from pydantic import BeforeValidator, Field
 
 from assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from assembly.current import current_memories, current_segments, stale_values
-from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, text_layer_cost
+from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept, text_layer_cost
 from assembly.layers import memory_items, note_items, segment_items, turn_items
 from assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
 from assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
@@ -177,7 +177,7 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
         working = segment_items(current_segments(state.segments, stale, language), request.user_input, language,
                                 brief_only=mode == "streaming")
     recent = turn_items(history)
-    shown = {item.source["turn_range"][0] for item in fit_message_items(recent, history_share, deps.tokenizer).items
+    shown = {item.source["turn_range"][0] for item in surely_kept(recent, history_share, deps.tokenizer)
              if item.source}
     found = [m for m in memory_candidates(request, deps, mode, history, shown)
              if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown)]
