@@ -15,10 +15,11 @@ from providers.openai_chat import ChatClient
 from providers.rerank import Reranker
 from services.deps import Deps
 from services.slots import WorkSlots
+from storage.coordination import open_coordinator
 from storage.crypto import SnapshotCipher
 from storage.embedding_backlog import EmbeddingBacklog
 from storage.memories import MemoryRepository
-from storage.milvus import MilvusStore
+from storage.milvus import MilvusStore, open_store
 from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.model_cache import cache_dir_setting, load_jieba_dictionary
@@ -68,16 +69,18 @@ class Runtime:
         reranker = Reranker.from_settings(settings)  # likewise a malformed ACN_RERANK_URL
         threading.Thread(target=_load_jieba, args=(cache,), name="acn-jieba", daemon=True).start()
         tokenizer = load_tokenizer(settings.tokenizer, cache)
-        store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
-                            flush_every=settings.flush_every_writes,
-                            flush_interval=settings.flush_interval_seconds).open()
+        store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
+                                               db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
+                                               flush_interval=settings.flush_interval_seconds),
+                           settings.store_wait_seconds)
         try:
             embedder = embedder_from_settings(settings, cache)
             if embedder is not None:  # the model's first call (~0.4 s for e5) is paid here, not by a request
                 threading.Thread(target=_warm, args=(embedder,), name="acn-embed-warm", daemon=True).start()
             embed_later = embeds_in_background(settings, embedder)
-            if embed_later and not store.partial_updates:
+            if embed_later and store.is_server and not store.partial_updates:
                 # Filling a vector would rewrite whole rows, which another process may be writing (Milvus < 2.6).
+                # (A Lite file has one writer process: whole rows rewritten under the repository's write order.)
                 log.warning("this Milvus server has no partial updates: rows are embedded as they are written")
                 embed_later = False
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
@@ -90,7 +93,8 @@ class Runtime:
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,
                                          cipher=SnapshotCipher(settings.encryption_key),
-                                         redact=settings.redact_snapshots)
+                                         redact=settings.redact_snapshots,
+                                         coordinator=open_coordinator(settings))
             sessions.open()
         except Exception:
             store.close()
@@ -122,3 +126,5 @@ class Runtime:
         if self.reranker is not None:
             self.reranker.close()
         self.store.close()
+        if self.sessions.coordinator is not None:
+            self.sessions.coordinator.close()

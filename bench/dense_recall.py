@@ -147,7 +147,9 @@ def main() -> None:
             costs[name] = [a + b for a, b in zip(costs.get(name, [0.0] * 4), values, strict=True)]
     systems = list(dict.fromkeys(row[3] for row in rows))
     lines = [f"# Dense embedders vs BM25, retrieval alone ({time.strftime('%Y-%m-%d')}, `python -m bench.dense_recall "
-             f"--suites {args.suites} --split {args.split} --embedders {args.embedders}`, "
+             f"--suites {args.suites} --split {args.split} --embedders {args.embedders}"
+             + (f" --locomo {args.locomo}" if args.locomo else "")
+             + (f" --conversations {args.conversations}" if "zh-daily" in suites else "") + "`, "
              f"{(time.perf_counter() - started) / 60:.1f} min, load {load:.1f}–{os.getloadavg()[0]:.1f})", "",
              "Evidence recall % of whole raw messages packed by each ranking under the budget (bench.recall's "
              "baselines' packing and scoring). rrf: bm25 and dense fused by reciprocal rank (k 60).", ""]

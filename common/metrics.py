@@ -8,7 +8,9 @@ restored by the verifier count how often an engine dropped a number.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -44,6 +46,17 @@ class Metrics:
         self.assemble_repairs = Counter(
             "acn_assemble_repairs", "What assemble left out to stay readable and valid: unreadable stored rows, "
             "tool messages without their call, tool calls without their result.", ["what"], registry=self.registry)
+
+        self.embedding_backlog = Gauge(
+            "acn_embedding_backlog", "Rows this process has queued for their vectors (ACN_EMBEDDING_BACKLOG); "
+            "a steady rise means writes outpace the embedder.", registry=self.registry)
+        self.embedded_rows = Gauge("acn_embedded_rows", "Vectors this process's embedding worker has written.",
+                                   registry=self.registry)
+
+    def watch_backlog(self, queued: Callable[[], int], filled: Callable[[], int]) -> None:
+        """Read the embedding backlog's size and progress at each scrape."""
+        self.embedding_backlog.set_function(queued)
+        self.embedded_rows.set_function(filled)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """Count one request and its latency."""

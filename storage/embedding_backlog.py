@@ -8,6 +8,8 @@ This worker then embeds such rows and sets their vector and EMBEDDED 1.
 Durable: the backlog is the store itself (EMBEDDED == 0). What this process writes is also queued in memory (no
 store scan per row); at start, after a queue overflow, after a failure and, against a server, every
 `rescan_seconds`, the worker scans the store for rows still waiting (an earlier process's, another process's).
+It runs at nice 10 and starts a batch once rows have stopped arriving for QUIET_SECONDS (at the latest
+MAX_DEFER_SECONDS later): the request threads keep the CPU and the store lock while they write.
 
 Safe against concurrent writers: a vector is written only to a row that still holds the text that was embedded
 and still waits (re-read by primary key right before the write), and only the vector and the flag are written
@@ -37,6 +39,10 @@ PENDING = Filter("embedded == 0")
 MAX_QUEUED = 100_000  # past this the queue is dropped: the store still has every waiting row, a scan finds them
 SCAN_ROWS = 512  # rows one scan reads into the queue
 MAX_BACKOFF_SECONDS = 60.0
+# A batch starts once rows stopped arriving for QUIET_SECONDS (a chat's turns are seconds apart: the worker embeds
+# between them, not beside a request writing), or at the latest MAX_DEFER_SECONDS after it could have started.
+QUIET_SECONDS = 0.1
+MAX_DEFER_SECONDS = 2.0
 Key = tuple[str, str]  # tenant, id
 
 
@@ -62,6 +68,7 @@ class EmbeddingBacklog:
         self._thread: threading.Thread | None = None
         self._backoff = 0.0
         self._last_scan = 0.0
+        self._last_notify = 0.0
         repository.on_pending = self.notify
 
     # -- control ---------------------------------------------------------------------------
@@ -84,6 +91,7 @@ class EmbeddingBacklog:
     def notify(self, tenant: str, rows: list[tuple[str, str]]) -> None:
         """Queue rows just written to wait for their vectors (id, text); a newer text of an id replaces the older."""
         with self._condition:
+            self._last_notify = time.monotonic()
             for memory_id, content in rows:
                 self._queue[(tenant, memory_id)] = content
                 self._queue.move_to_end((tenant, memory_id))
@@ -218,6 +226,7 @@ class EmbeddingBacklog:
                 if not self._queue and not self._scan_due:
                     self._condition.wait(self.rescan_seconds or None)
                     continue
+            self._wait_for_quiet()
             try:
                 self.run_once()
                 self._backoff = 0.0
@@ -228,6 +237,17 @@ class EmbeddingBacklog:
                 with self._condition:
                     self._scan_due = True
                 self._stop.wait(self._backoff)
+
+
+    def _wait_for_quiet(self) -> None:
+        deadline = time.monotonic() + MAX_DEFER_SECONDS
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self._condition:
+                quiet = now - self._last_notify
+            if quiet >= QUIET_SECONDS or now >= deadline:
+                return
+            self._stop.wait(min(QUIET_SECONDS - quiet, deadline - now))
 
 
 def _rows_of(tenant: str, ids: list[str]) -> Filter:

@@ -130,9 +130,11 @@ def test_a_killed_process_leaves_its_backlog_for_the_next_start(tmp_path: Path) 
         store.close()
 
 
+@pytest.mark.parametrize("partial", [True, False], ids=["partial update", "whole rows (no partial updates)"])
 def test_a_row_rewritten_while_its_text_was_embedded_keeps_the_new_text_and_gets_its_vector(
-        opened: tuple[MilvusStore, MemoryRepository]) -> None:
-    _, repository = opened
+        opened: tuple[MilvusStore, MemoryRepository], partial: bool) -> None:
+    store, repository = opened
+    store._partial = partial  # False: as the C++ Lite 2.5 or a Milvus 2.5 server (whole rows under write_order)
     backlog = EmbeddingBacklog(repository)
     repository.save("t", [memory(0, "old text"), memory(1, "kept text")])
     embedder = HashEmbedder()
@@ -221,5 +223,14 @@ def test_the_server_embeds_recorded_turns_in_the_background(tmp_path: Path) -> N
         assert runtime.backlog.drain(timeout=30)
         rows = stored(runtime.memories)
         assert rows and {row[EMBEDDED_FIELD] for row in rows.values()} == {1}
+        scraped = client.get("/metrics").get_data(as_text=True)  # an operator sees the backlog and its progress
+        assert "acn_embedding_backlog 0.0" in scraped and f"acn_embedded_rows {float(len(rows))}" in scraped
     finally:
         runtime.close()
+
+
+def test_which_engines_take_partial_updates() -> None:
+    from storage.milvus import partial_updates_in
+
+    assert partial_updates_in("milvus_lite-3.2.2") and partial_updates_in("v2.6.0") and partial_updates_in("2.6.3-rc1")
+    assert not any(partial_updates_in(v) for v in ("milvus_lite-2.5.1", "v2.5.4", "", "unknown"))
