@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python -m bench.recall [--quick] [--conversations N] [--suites locomo,madial-zh,madial-en,zh-daily]
                                       [--budgets 1000,2000,4000] [--ours-embedder use] [--dense-embedder use]
-                                      [--workers 2] [--out bench/results/recall.md]
+                                      [--workers 2] [--split dev|test|all] [--out bench/results/recall.md]
+Tuning: `--split dev` asks the dev questions only (LoCoMo 0–4, the even halves); look at test once, at the end.
 
 Suites, each split by a fixed rule (tune on dev only; a change that helps dev and hurts test is no gain):
 - locomo     LoCoMo conversations 0–4 are dev, 5–9 test; the question's evidence turns.
