@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -43,6 +44,17 @@ SPEAKER_BONUS = 0.3
 # The longest query a retrieval takes. Nodes that retrieve for a longer text (assemble's user_input, the Dify
 # extension's query) retrieve for its last MAX_QUERY_CHARS characters: see retrieval_query.
 MAX_QUERY_CHARS = 8000
+
+
+# Punctuation in a query: the store's analyzer keeps punctuation tokens, and a query quoting a dialogue ("：", "，",
+# "?" dozens of times) would score every document for its commas, each repeat counted (rank_bm25 over jieba words,
+# the baseline, has none). A dot inside a number stays ("3.5" is one token).
+_QUERY_PUNCTUATION = re.compile(r"(?:(?<!\d)\.|\.(?!\d)|[^\w\s.])+")
+
+
+def lexical_query(text: str) -> str:
+    """Return the query BM25 searches: punctuation replaced by spaces."""
+    return _QUERY_PUNCTUATION.sub(" ", text)
 
 
 def retrieval_query(text: str) -> str:
@@ -104,8 +116,8 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
         pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
-        candidates = memories.search(deps.tenant, request.query, where, limit=pool,
-                                     text_query=expand_query(request.query), within=request, distinct=distinct)
+        candidates = memories.search(deps.tenant, request.query, where, limit=pool, within=request, distinct=distinct,
+                                     text_query=expand_query(lexical_query(request.query)))
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours

@@ -238,3 +238,24 @@ def test_a_counting_question_fills_by_score_past_the_floor(client: FlaskClient, 
              for question in ("我周末在游泳馆游了几次蝶泳？", "我周末在游泳馆游的蝶泳怎么样？")}
     assert all(v in asked["我周末在游泳馆游了几次蝶泳？"] for v in visits)
     assert not all(v in asked["我周末在游泳馆游的蝶泳怎么样？"] for v in visits)  # the floor still holds otherwise
+
+
+def test_messages_that_state_their_date_share_one_header(client: FlaskClient, ns: dict[str, str]) -> None:
+    """A memory-bank line ("2024-03-10 我在湖边…") already says its date: a dated header per message only repeated
+    it (~12 tokens a line, on MADial-Bench a third of each line); such messages share one undated header."""
+    lines = [f"2024-03-{10 + i} 我在湖边公园看到了第{i}只白鹭" for i in range(6)]
+    for i, line in enumerate(lines):
+        message = {"role": "user", "content": line, "meta": {"date": f"2024-03-{10 + i}"}}
+        assert post(client, "record_turn", {**ns, "messages": [message]}).status_code == 200
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 2000, "user_input": "湖边公园的白鹭",
+                                     "messages": []}).get_json()
+    memory = body["memory_text"].splitlines()
+    assert all(f"用户: {line}" in memory for line in lines)
+    assert memory.count("[来自记忆]") == 1 and not any(m.startswith("[来自记忆 · 2024-03-") for m in memory)
+
+
+def test_the_bm25_query_drops_punctuation_but_keeps_decimals() -> None:
+    from retrieval.rank import lexical_query
+
+    assert lexical_query("Bart：我有点紧张呢，你有什么建议？").split() == ["Bart", "我有点紧张呢", "你有什么建议"]
+    assert lexical_query("It's 3.5 km, v1.2.").split() == ["It", "s", "3.5", "km", "v1.2"]
