@@ -121,7 +121,7 @@ def segment_items(segments: list[Segment], query: str, language: str, *, brief_o
     scored = [(relevance(query, s.text), index, s) for index, s in enumerate(segments)]
     newest = len(segments) - 1
     scored.sort(key=lambda t: (t[1] != newest, -t[0], -t[1]))
-    items = []
+    items: list[Item] = []
     for _, index, segment in scored:
         brief = brief_segment(segment, language)
         variants = [brief] if brief_only else [segment.text or brief, brief]
