@@ -8,6 +8,9 @@ from typing import Any
 from common.models import Message
 from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
 
+# A cut segment shorter than this says too little to be worth its header.
+MIN_CUT_TOKENS = 48
+
 
 @dataclass
 class Item:
@@ -26,6 +29,7 @@ class Item:
     chosen: str = ""
     group: str = ""
     costs: list[int] | None = None  # each variant's tokens plus its newline, counted by the first fit
+    cut: bool = False  # when no variant fits, the last one cut to the room left (a segment), not dropped whole
 
 
 def variant_costs(item: Item, tokenizer: Tokenizer) -> list[int]:
@@ -80,6 +84,13 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
         costs = variant_costs(item, tokenizer)
         room = budget - used - header
         chosen = next((i for i, cost in enumerate(costs) if cost <= room), None)
+        if chosen is None and item.cut and costs and room - 1 >= MIN_CUT_TOKENS:
+            text = tokenizer.truncate(item.variants[-1], room - 1)
+            item.chosen = text
+            kept.append(item)
+            opened.add(item.group)
+            used += tokenizer.count(text) + 1 + header
+            continue
         if chosen is None:
             dropped.append((item, costs[-1] + header if costs else 0))
             continue
@@ -113,3 +124,18 @@ def fit_message_items(candidates: list[Item], budget: int, tokenizer: Tokenizer)
             dropped.append((item, cost))
     kept.sort(key=lambda k: k.order)
     return Fitted(kept, dropped, used)
+
+
+def surely_kept(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> list[Item]:
+    """Return the leading items (turns, newest first) whose messages fit in `budget` together.
+
+    fit_message_items skips a turn too big for the room and goes on, so with more room a turn kept before can
+    be pushed out by a bigger, newer one; these leading items stay whatever room above `budget` the layer gets.
+    """
+    kept, used = [], 0
+    for item in candidates:
+        used += sum(tokenizer.count_message(m) for m in item.messages)
+        if used > budget:
+            break
+        kept.append(item)
+    return kept

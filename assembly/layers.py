@@ -11,9 +11,11 @@ from common.models import Memory, Message, Segment
 from compaction.render import LABELS, render_decision, render_header
 from compaction.segments import group_turns
 from retrieval.render import render_memories, source_tag, speaker_label
+from text.dates import normalise_date
 from text.similarity import normalise, shingles
 
 KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
+UNDATED_TAG = {"zh": "[来自记忆]", "en": "[from memory]"}
 CACHED_LINES = 16384
 _LINES: OrderedDict[tuple[object, ...], tuple[str, str]] = OrderedDict()
 _LINES_LOCK = threading.Lock()
@@ -74,6 +76,10 @@ def dated_header(memory: Memory, language: str) -> str:
     when = memory.meta.get("time") or memory.meta.get("date")
     if memory.kind != "turn" or not (isinstance(when, str) and when.strip()) or not speaker_label(memory, language):
         return ""
+    if when.strip() in memory.content or normalise_date(when) in memory.content:
+        # The message states its date itself (a diary line, a memory bank entry): a dated header per message
+        # would only repeat it, ~12 tokens a line, so such messages share one undated header.
+        return UNDATED_TAG["zh" if language == "zh" else "en"]
     return source_tag(memory, language)
 
 
@@ -115,13 +121,16 @@ def segment_items(segments: list[Segment], query: str, language: str, *, brief_o
     scored = [(relevance(query, s.text), index, s) for index, s in enumerate(segments)]
     newest = len(segments) - 1
     scored.sort(key=lambda t: (t[1] != newest, -t[0], -t[1]))
-    items = []
+    items: list[Item] = []
     for _, index, segment in scored:
         brief = brief_segment(segment, language)
         variants = [brief] if brief_only else [segment.text or brief, brief]
         source = {"id": segment.id, "kind": "segment", "layer": "working", "turn_range": segment.turn_range,
                   "meta": {}}
-        items.append(Item(key=segment.id, variants=list(dict.fromkeys(variants)), order=(index,), source=source))
+        # The first segment shown (the newest) is cut to the layer's room rather than dropped whole when even its
+        # brief is too long: its head (goal, constraints, decisions) is the working state the next turn needs.
+        items.append(Item(key=segment.id, variants=list(dict.fromkeys(variants)), order=(index,), source=source,
+                          cut=not items))
     return items
 
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import get_args
 
 from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
+from retrieval.intent import wants_many
 from retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
 from services.deps import Deps
 from text.pleasantries import is_pleasantry
@@ -53,6 +54,8 @@ def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int
     """
     merged = focused_candidates(namespace, query, deps, top_k=top_k, turn_pool=turn_pool, history=history,
                                 shown_turns=shown_turns)
+    if wants_many(query):  # a count or a list: every weaker hit may hold one of its items; fill by score
+        floor = 0.0
     if merged:  # a long tail of weak matches costs tokens and buries the answer
         cutoff = floor * merged[0].score
         merged = [r for r in merged if r.score >= cutoff]
@@ -69,12 +72,13 @@ def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: i
     # One ranking over facts and archived messages together: BM25 normalisation and term weights are shared,
     # so a weakly matching fact does not outrank a message that answers the input.
     found = ranked(namespace, query, deps, kinds=list(get_args(MemoryKind)), top_k=top_k + turn_pool)
-    events = [r for r in found if r.memory.kind != "turn"][:top_k]
+    events = [r for r in found if r.memory.kind != "turn"]
     turns = with_neighbours([r for r in found if r.memory.kind == "turn"][:turn_pool], namespace, deps)
     # Messages still in the recent history are shown there; a fact must not point back to one of them.
     shown = shown_turns if shown_turns is not None else {m.turn for m in history if m.turn is not None}
     turns = [t for t in turns if not (t.memory.turn_range and t.memory.turn_range[0] in shown)]
-    events, turns = point_back(events, turns)
+    events, turns = point_back(events, with_holders(events, turns, namespace, deps, shown))
+    events = events[:top_k]  # facts that are not a message's copy: the request's top_k of them
     return sorted([*events, *turns], key=lambda r: (-r.score, -r.memory.updated_at))
 
 
@@ -121,7 +125,25 @@ def point_back(events: list[Ranked], turns: list[Ranked]) -> tuple[list[Ranked],
             kept.append(event)
         elif event.score > turns[holder].score:
             turns[holder] = replace(turns[holder], score=event.score)
-    return kept, turns
+    return kept, [t for t in turns if t.score > 0 or "holder" not in t.parts]
+
+
+def with_holders(events: list[Ranked], turns: list[Ranked], namespace: Namespace, deps: Deps,
+                 shown: set[int]) -> list[Ranked]:
+    """Return the turns plus, for each fact whose turn has no retrieved message, that turn's archived messages.
+
+    A fact extracted word for word from a message is a copy of it: the store's distinct search keeps one copy
+    of a text (the fact, written after its message), so the message itself is often missing from the list.
+    point_back then serves the message (speaker, date, surroundings) in the fact's place.
+    """
+    have = {t.memory.turn_range[0] for t in turns if t.memory.turn_range}
+    wanted = {e.memory.turn_range[0] for e in events if e.memory.turn_range} - have - shown
+    if not wanted:
+        return turns
+    known = {t.memory.id for t in turns}
+    extra = [Ranked(m, 0.0, {"holder": 1.0}) for m in readable(deps.memories.archived_messages(
+        deps.tenant, namespace, sorted(wanted))) if m.id not in known]
+    return turns + extra
 
 
 def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps) -> list[Ranked]:

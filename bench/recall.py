@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python -m bench.recall [--quick] [--conversations N] [--suites locomo,madial-zh,madial-en,zh-daily]
                                       [--budgets 1000,2000,4000] [--ours-embedder use] [--dense-embedder use]
-                                      [--workers 2] [--out bench/results/recall.md]
+                                      [--workers 2] [--split dev|test|all] [--out bench/results/recall.md]
+Tuning: `--split dev` asks the dev questions only (LoCoMo 0–4, the even halves); look at test once, at the end.
 
 Suites, each split by a fixed rule (tune on dev only; a change that helps dev and hurts test is no gain):
 - locomo     LoCoMo conversations 0–4 are dev, 5–9 test; the question's evidence turns.
@@ -38,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,11 +160,14 @@ def _jsonl_merged(path: Path) -> dict[str, dict[str, Any]]:
     return merged
 
 
-def zh_daily_cases(conversations: int) -> list[Case]:
-    """Return `conversations` generated conversations, half from dev seeds, half from test seeds."""
+def zh_daily_cases(conversations: int, only: str | None = None) -> list[Case]:
+    """Return `conversations` generated conversations, half from dev seeds, half from test seeds (`only`: that
+    split's half alone)."""
     dev, test = (conversations + 1) // 2, conversations // 2
     cases = []
-    for seed in zh_daily.seeds("dev", dev) + zh_daily.seeds("test", test):
+    chosen = (zh_daily.seeds("dev", dev) if only != "test" else []) + (zh_daily.seeds("test", test) if only != "dev"
+                                                                        else [])
+    for seed in chosen:
         conversation = zh_daily.generate(seed)
         lines = [locomo.Line(m.id, "user", "user", m.text, 1, m.date) for m in conversation.messages]
         queries = [Query(q.text, q.category, q.evidence, q.answer, conversation.split) for q in conversation.questions]
@@ -391,17 +395,23 @@ def _pct(value: float | None) -> str:
 # --- command -----------------------------------------------------------------------------------------------
 
 
-def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path) -> list[Case]:
-    """Return the cases of the chosen suites: all of them, or a few of each with --quick."""
+def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path, split: str = "all") -> list[Case]:
+    """Return the cases of the chosen suites: all of them, or a few of each with --quick; with split dev or
+    test, only that split's questions (and only the cases that have some)."""
     cases: list[Case] = []
     if "locomo" in suites:
-        cases += locomo_cases(folder, [1, 8] if quick else list(range(10)), 2 if quick else None)
+        chosen = [1, 8] if quick else list(range(10))
+        chosen = [i for i in chosen if split == "all" or (i < 5) == (split == "dev")]
+        cases += locomo_cases(folder, chosen, 2 if quick else None)
     for language in ("zh", "en"):
         if f"madial-{language}" in suites:
             cases += madial_cases(folder, language, 8 if quick else None)
     if "zh-daily" in suites:
-        cases += zh_daily_cases(2 if quick else conversations)
-    return cases
+        count = 2 if quick else conversations
+        cases += zh_daily_cases(count, only=None if split == "all" else split)
+    if split != "all":
+        cases = [replace(c, queries=[q for q in c.queries if q.split == split]) for c in cases]
+    return [c for c in cases if c.queries]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="cases evaluated in parallel processes")
     parser.add_argument("--data", type=Path, default=None,
                         help="shared data folder (default: ACN_BENCH_DATA, else ../shared/data)")
+    parser.add_argument("--split", choices=SPLITS, default="all",
+                        help="ask only this split's questions (dev while tuning; the default table asks both)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -423,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown suites {sorted(unknown)}; known: {', '.join(SUITES)}")
     budgets = [int(b) for b in args.budgets.split(",")]
-    cases = build_cases(suites, args.quick, args.conversations, args.data or data_folder())
+    cases = build_cases(suites, args.quick, args.conversations, args.data or data_folder(), args.split)
     with tempfile.TemporaryDirectory(prefix="recall-bench-") as scratch:
         records, ingest = run(cases, budgets, args.ours_embedder, args.dense_embedder, Path(scratch), args.workers)
     command = "python -m bench.recall" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))

@@ -10,9 +10,10 @@ from pydantic import BeforeValidator, Field
 
 from assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from assembly.current import current_memories, current_segments, stale_values
-from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, text_layer_cost
+from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept, text_layer_cost
 from assembly.layers import memory_items, note_items, segment_items, turn_items
 from assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
+from assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
 from common.errors import ValidationError
 from common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
 from common.models import (
@@ -29,7 +30,6 @@ from common.models import (
 from nodes.spec import Description, NodeSpec
 from retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
 from services.deps import Deps
-from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.sessions import SessionState
 from text.lang import Language, detect_language
 from text.numbers import value_present
@@ -39,7 +39,6 @@ Mode = Literal["snapshot", "focused", "streaming", "auto"]
 _PLANNING = re.compile(r"计划|规划|方案|步骤|总结|回顾|进度|整体|全部|接下来|下一步|目标|清单|"
                        r"\b(plan|steps|summary|summari[sz]e|overall|progress|next steps?|status|recap|overview)\b",
                        re.IGNORECASE)
-STATE_KINDS = ["identity", "constraint", "preference", "decision"]
 LAYERS = ("system", "memory", "working", "history", "user_input")
 log = logging.getLogger("acn.assemble")
 
@@ -178,7 +177,7 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
         working = segment_items(current_segments(state.segments, stale, language), request.user_input, language,
                                 brief_only=mode == "streaming")
     recent = turn_items(history)
-    shown = {item.source["turn_range"][0] for item in fit_message_items(recent, history_share, deps.tokenizer).items
+    shown = {item.source["turn_range"][0] for item in surely_kept(recent, history_share, deps.tokenizer)
              if item.source}
     found = [m for m in memory_candidates(request, deps, mode, history, shown)
              if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown)]
@@ -221,17 +220,13 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
         if request.user_input.strip() and request.top_k:
             found += retrieve(request, deps, kinds=None, top_k=request.top_k)
     elif request.user_input.strip():
+        # Who the user is and what is in force, within its share, whatever the question matches (focused too).
+        standing = as_messages(standing_memories(request, deps, FOCUSED_KINDS), request, deps)
+        found += within_share(standing, int(request.max_tokens * STANDING_SHARE), deps.tokenizer)
         pool = turn_pool(request.max_tokens) if request.archive_top_k is None else request.archive_top_k
         found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
                                   history=history, shown_turns=shown, floor=relative_floor(request.max_tokens))
     return list({m.id: m for m in found}.values())
-
-
-def standing_memories(request: AssembleRequest, deps: Deps) -> list[Memory]:
-    """Return identity, constraints, preferences and decisions in force, most important first."""
-    where = scope_filter(request).and_(live_filter(False)).and_(kinds_filter(STATE_KINDS, exclude_turns=False))
-    found = deps.memories.find(deps.tenant, where, limit=200, within=request)
-    return sorted(found, key=lambda m: (-m.importance, -m.updated_at))
 
 
 def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | None, top_k: int) -> list[Memory]:

@@ -132,3 +132,20 @@ def test_budget_is_never_exceeded(app: Flask, seeded_session: dict[str, str], ma
         assert result["messages"][-1] == {**result["messages"][-1], "role": "user", "content": user_input}
     if system_prompt:
         assert result["messages"][0]["content"] == system_prompt
+
+
+def test_readme_example_focused_context_keeps_identity_and_decisions(client: FlaskClient, ns: dict[str, str]) -> None:
+    """Issue 17 §3: the README's Chinese example. "我要转账到哪个账户？" shares no word with the identity memory or
+    the timeout decision, yet both are standing state and belong in the focused context, beside the account."""
+    post(client, "memory_write", {**ns, "items": [
+        {"kind": "identity", "content": "我是VIP客户，已开通自动退款", "turn": 10},
+        {"kind": "decision", "content": "对账接口超时设为45秒", "key": "超时", "turn": 35}]})
+    post(client, "record_turn", {**ns, "messages": [{"role": "user", "content": "6月30日前把12万转到对公账户62938471"},
+                                                    {"role": "assistant", "content": "好的，已记录。"}]})
+    body = assemble(client, {**ns, "max_tokens": 2000, "system_prompt": "你是电商客服助手。",
+                             "user_input": "我要转账到哪个账户？"}).get_json()
+    assert body["mode"] == "focused"
+    assert "我是VIP客户，已开通自动退款" in body["memory_text"]
+    assert "对账接口超时设为45秒" in body["memory_text"]
+    assert "62938471" in body["prompt"]
+    assert body["tokens"]["total"] <= 2000

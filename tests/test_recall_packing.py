@@ -101,3 +101,46 @@ def test_the_message_two_after_a_hit_is_served(client: FlaskClient, ns: dict[str
                                      "user_input": "Tell me about the comet", "messages": []}).get_json()
     # The answer shares no word with the question: it is two messages after the line that matched.
     assert "Ann: Bright green with a long tail." in body["memory_text"]
+
+
+def test_a_segment_too_long_for_its_layer_is_cut_to_fit_not_dropped() -> None:
+    """Issue 17 §3: a compacted segment longer than the working layer's share was dropped whole (3,714 tokens
+    against a few hundred), leaving the layer empty; the first segment is now cut to the room left."""
+    from assembly.fit import MIN_CUT_TOKENS, Item, fit_text_items
+    from text.tokens import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    long_text = "[摘要 第1-80轮] 目标: 对账自动化 | 事实: " + "；".join(f"第{i}笔订单金额{i * 37}元" for i in range(400))
+    segment = Item(key="seg-1", variants=[long_text], order=(0,), cut=True)
+    fitted = fit_text_items([segment], 300, tokenizer)
+    assert [item.key for item in fitted.items] == ["seg-1"] and not fitted.dropped
+    assert fitted.tokens <= 300 and fitted.items[0].chosen.startswith("[摘要 第1-80轮] 目标: 对账自动化")
+    whole = Item(key="seg-2", variants=[long_text], order=(0,))
+    assert fit_text_items([whole], 300, tokenizer).items == []  # an item not marked cuttable is still dropped
+    assert fit_text_items([Item(key="seg-3", variants=[long_text], order=(0,), cut=True)], MIN_CUT_TOKENS,
+                          tokenizer).items == []  # too little room to say anything: dropped
+
+
+def test_turns_excluded_from_recall_stay_in_the_history_layer_at_any_larger_budget() -> None:
+    """Archived messages of the turns the history layer "surely shows" are not recall candidates. That set was
+    the greedy fit at the layer's share, which skips a big turn and keeps an older small one; with the spare
+    budget the layer later takes the big turn and the small one falls out, in neither layer (a MADial-en gold
+    memory lost at 4k with everything else fitting). The set must stay in every larger fit."""
+    from assembly.fit import Item, fit_message_items, surely_kept
+    from common.models import Message
+    from text.tokens import load_tokenizer
+
+    tokenizer = load_tokenizer()
+
+    def turn(number: int, words: int) -> Item:
+        return Item(key=f"turn-{number}", variants=[], order=(number,), source={"turn_range": [number, number]},
+                    messages=[Message(role="user", content=" ".join(["word"] * words))])
+
+    newest_first = [turn(3, 5), turn(2, 120), turn(1, 5)]
+    share = sum(tokenizer.count_message(m) for t in (newest_first[0], newest_first[2]) for m in t.messages) + 2
+    greedy = {i.key for i in fit_message_items(newest_first, share, tokenizer).items}
+    assert greedy == {"turn-3", "turn-1"}  # what the layer used to promise
+    kept = {i.key for i in surely_kept(newest_first, share, tokenizer)}
+    for budget in range(share, 400, 7):
+        assert kept <= {i.key for i in fit_message_items(newest_first, budget, tokenizer).items}, budget
+    assert not greedy <= {i.key for i in fit_message_items(newest_first, 140, tokenizer).items}
