@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from array import array
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from common.errors import ConflictError
 from common.models import (
@@ -15,18 +17,13 @@ from common.models import (
     Namespace,
 )
 from memory.items import MemoryItem
-from storage.base import Filter
 from storage.memories import MemoryRepository
-from storage.memory_rows import kinds_filter, live_filter, scope_filter, tenant_filter
+from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.read_cache import Stamp
-from text.similarity import shingle_similarity, shingles
-
-DEDUPE_CANDIDATES = 5
-# A batch loads the namespace's live memories of its kinds once when there are at most this many.
-POOL_LIMIT = 2000
+from text.similarity import shingles
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Known:
     """What dedup needs of a stored memory; the full row is read only for the few that change."""
 
@@ -39,6 +36,8 @@ class Known:
 
 
 KNOWN_FIELDS = ["id", "content", "scope", "kind", "key", "version"]
+# A candidate must hold this many of the bigrams read beyond the prefix filter's minimum (see DedupIndex.nearest).
+EXTRA_GRAMS = 3
 
 
 def known(memory: Memory | dict[str, Any]) -> Known:
@@ -49,54 +48,155 @@ def known(memory: Memory | dict[str, Any]) -> Known:
                  int(memory["version"]))
 
 
-class Pool:
-    """The live memories a batch can collide with, loaded in one query; the batch's writes saved in one upsert.
+class DedupIndex:
+    """The live memories of a namespace by slot, with postings of character bigrams and a map of keys.
 
-    Near-duplicates are found through an inverted index of character bigrams, so a batch of n items against
-    m stored memories costs the postings it touches, not n × m comparisons. A namespace too large to load
-    (more than POOL_LIMIT rows of the batch's kinds) falls back to a BM25 search and a save per item.
+    Exact at any size: `nearest` returns what comparing the item with every live memory of its scope and kind
+    would (tests/test_memory_write_pool.py checks it against that definition), reading only the postings of the
+    item's rarest bigrams. Postings are arrays of int32 slots (4 bytes an entry: a 100k-memory namespace's index
+    is tens of MB, not the hundreds a set of ids per bigram takes); a changed memory gets a new slot and its old
+    one is left dead (updates are rare next to adds; a reload starts clean).
+    """
+
+    def __init__(self) -> None:
+        self.slots: list[Known | None] = []
+        self.slot_of: dict[str, int] = {}
+        self.sizes = array("i")  # bigrams per slot
+        self.postings: dict[tuple[str, str, str], array[int]] = {}
+        self.keyed: dict[tuple[str, str, str], set[str]] = {}
+        self.chars = 0  # content characters held, for the byte estimate
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def nbytes(self) -> int:
+        """Return an estimate of the memory the index holds (the read cache's byte budget counts it)."""
+        return 200 * len(self.slots) + 2 * self.chars + sum(len(p) * 4 + 120 for p in self.postings.values())
+
+    def get(self, memory_id: str) -> Known | None:
+        slot = self.slot_of.get(memory_id)
+        return None if slot is None else self.slots[slot]
+
+    def live(self) -> list[Known]:
+        return [m for m in self.slots if m is not None]
+
+    def add(self, memory: Known) -> None:
+        self.remove(memory.id)
+        grams = shingles(memory.content)
+        slot = len(self.slots)
+        self.slots.append(memory)
+        self.slot_of[memory.id] = slot
+        self.sizes.append(len(grams))
+        self.chars += len(memory.content)
+        for gram in grams:
+            posting = self.postings.get((memory.scope, memory.kind, gram))
+            if posting is None:
+                self.postings[(memory.scope, memory.kind, gram)] = posting = array("i")
+            posting.append(slot)
+        if memory.key:
+            self.keyed.setdefault((memory.scope, memory.kind, memory.key), set()).add(memory.id)
+
+    def remove(self, memory_id: str) -> None:
+        slot = self.slot_of.pop(memory_id, None)
+        if slot is None:
+            return
+        old = self.slots[slot]
+        self.slots[slot] = None
+        if old is not None:
+            self.chars -= len(old.content)
+            if old.key:
+                ids = self.keyed.get((old.scope, old.kind, old.key))
+                if ids is not None:
+                    ids.discard(memory_id)
+                    if not ids:
+                        del self.keyed[(old.scope, old.kind, old.key)]
+
+    def same_key(self, scope: str, kind: str, key: str) -> list[Known]:
+        return [m for i in sorted(self.keyed.get((scope, kind, key), ())) if (m := self.get(i)) is not None]
+
+    def nearest(self, scope: str, kind: str, target: frozenset[str], floor: float) -> tuple[float, Known] | None:
+        """Return the most similar live memory of the scope and kind (Dice of bigrams) if it reaches floor.
+
+        Dice >= floor needs an overlap of at least m = floor·|A|/(2 − floor) of the item's |A| bigrams, so such a
+        memory misses at most |A| − m of them and holds at least k of any |A| − m + k. The postings of the item's
+        rarest |A| − m + k bigrams are counted (numpy) and only slots counted k times are compared exactly; ties
+        go to one fixed memory, the greatest id.
+        """
+        if not target:
+            return None
+        found = [p for p in (self.postings.get((scope, kind, gram)) for gram in target) if p is not None]
+        needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
+        extra = min(EXTRA_GRAMS, needed)
+        read = len(target) - needed + extra
+        if len(found) < extra:
+            return None
+        found.sort(key=len)
+        lists = found[:read]
+        if sum(len(p) for p in lists) <= 64:
+            counts: dict[int, int] = {}
+            for posting in lists:
+                for slot in posting:
+                    counts[slot] = counts.get(slot, 0) + 1
+            candidates = [slot for slot, count in counts.items() if count >= extra]
+        else:
+            tally = np.bincount(np.concatenate([np.frombuffer(p, dtype=np.int32) for p in lists]))
+            candidates = np.flatnonzero(tally >= extra).tolist()
+        best: tuple[float, str] = (0.0, "")
+        size = len(target)
+        for slot in candidates:
+            memory = self.slots[slot]
+            other = self.sizes[slot]
+            if memory is None or 2 * min(size, other) < floor * (size + other) - 1e-9:
+                continue
+            score = 2 * len(target & shingles(memory.content)) / (size + other)
+            if (score, memory.id) > best:
+                best = (score, memory.id)
+        score, best_id = best
+        memory = self.get(best_id) if best_id else None
+        return (score, memory) if memory is not None and score >= floor else None
+
+
+class Pool:
+    """The live memories a batch can collide with, indexed once (DedupIndex); the batch's writes saved in one upsert.
+
+    With a Lite file the index outlives the batch: parked after a save, it serves the next batch of the same
+    namespace and scopes unless another write to the agent (or to the shared scope) happened in between, so a
+    namespace is read once per process, not once per batch, at any size.
     """
 
     def __init__(self, memories: MemoryRepository, tenant: str, loaded: list[Known] | None,
                  namespace: Namespace | None = None, key: Hashable = None, stamp: Stamp | None = None) -> None:
         self.memories, self.tenant = memories, tenant
-        self.exhaustive = loaded is not None
-        # With a Lite file an index of every kind outlives the batch: parked after a save, it serves the next
-        # batch of the same namespace and scopes unless another write to the agent (or to the shared scope)
-        # happened in between.
         self.namespace, self.key, self.stamp = namespace, key, stamp
-        self.live: dict[str, Known] = {}
-        self.grams: dict[str, frozenset[str]] = {}
-        self.postings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        self.index = DedupIndex()
         self.pending: dict[str, Memory] = {}
-        self.stored: dict[str, Memory] = {}  # full rows as stored, when the pool loaded them
+        self.stored: dict[str, Memory] = {}  # full rows read for an update or a supersede
         self.new_ids: set[str] = set()
         for memory in loaded or []:
-            self._index(memory)
+            self.index.add(memory)
+
+    @property
+    def live(self) -> dict[str, Known]:
+        """The live memories by id (for tests and diagnostics)."""
+        return {m.id: m for m in self.index.live()}
 
     @classmethod
     def load(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem]) -> Pool:
         scopes = sorted({item.scope for item in items})
         kinds = sorted({item.kind for item in items})
         live = scope_filter(namespace, scopes).and_(live_filter(False))
-        if items and "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
+        if not items:
+            return cls(memories, tenant, [], namespace)
+        if "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
             key = ("dedup pool", tenant, namespace.agent_id, live.cache_key())
             parked = memories.unpark(tenant, namespace.agent_id, key)
             if isinstance(parked, Pool):
                 return parked
             stamp = memories.stamp(tenant, namespace.agent_id)
-            # Whole rows: a supersede or an update needs the full memory, and a lookup by id scans a large
-            # Lite collection (~150 ms at 100k rows).
-            found = memories.find(tenant, live.and_(kinds_filter(None, exclude_turns=True)), limit=POOL_LIMIT + 1,
-                                  within=namespace)
-            if len(found) <= POOL_LIMIT:
-                pool = cls(memories, tenant, [known(m) for m in found], namespace, key, stamp)
-                pool.stored = {m.id: m for m in found}
-                return pool
-        where = live.and_(kinds_filter(kinds, exclude_turns=False))
-        rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
-                                    limit=POOL_LIMIT + 1) if items else []
-        return cls(memories, tenant, [known(row) for row in rows] if len(rows) <= POOL_LIMIT else None, namespace)
+            rows = memories.query_all(tenant, live.and_(kinds_filter(None, exclude_turns=True)), KNOWN_FIELDS)
+            return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
+        rows = memories.query_all(tenant, live.and_(kinds_filter(kinds, exclude_turns=False)), KNOWN_FIELDS)
+        return cls(memories, tenant, [known(row) for row in rows], namespace)
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -107,38 +207,16 @@ class Pool:
         memory = self.memories.get(self.tenant, memory_id)
         if memory is None:
             raise ConflictError(f"memory {memory_id} vanished while writing; retry")
+        self.stored[memory_id] = memory
         return memory
 
     def same_key(self, item: MemoryItem) -> list[Memory]:
         """Return the live memories of this item's scope and kind with the same key."""
-        if not self.exhaustive:
-            return [m for m in self.memories.find(self.tenant, self._own(item), limit=100, within=self._namespace())
-                    if m.key == item.key]
-        return [self.full(m.id) for m in self.live.values()
-                if m.scope == item.scope and m.kind == item.kind and m.key == item.key]
+        return [self.full(m.id) for m in self.index.same_key(item.scope, item.kind, item.key or "")]
 
     def nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
         """Return the most similar live memory of this item's scope and kind if its similarity reaches floor."""
-        target = shingles(item.content)
-        if not self.exhaustive:
-            found = [known(s.memory) for s in self.memories.search(self.tenant, item.content, self._own(item),
-                                                                    limit=DEDUPE_CANDIDATES,
-                                                                    within=self._namespace())]
-            scored = [(shingle_similarity(shingles(m.content), target), m) for m in found]
-            best_found = max(scored, key=lambda pair: pair[0], default=None)
-            return best_found if best_found is not None and best_found[0] >= floor else None
-        if not target:
-            return None
-        # Prefix filter: Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A|
-        # grams, so such a memory holds one of any |A| − overlap + 1 of them. Only the postings of the rarest
-        # are read (common bigrams have postings as long as the pool); each candidate is then scored exactly.
-        postings = sorted((self.postings.get((item.scope, item.kind, gram), ()) for gram in target), key=len)
-        needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
-        candidates: set[str] = set().union(*postings[: len(target) - needed + 1])
-        scored_ids = ((2 * len(target & self.grams[mid]) / (len(target) + len(self.grams[mid])), mid)
-                      for mid in candidates)
-        score, best = max(scored_ids, default=(0.0, ""))  # ties go to one fixed memory: the greatest id
-        return (score, self.live[best]) if best and score >= floor else None
+        return self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
 
     def add(self, *created: Memory) -> None:
         """Record memories created by this batch (inserted, not upserted)."""
@@ -149,19 +227,17 @@ class Pool:
         """Record new or changed memories (closed ones leave the live pool)."""
         for memory in changed:
             self.pending[memory.id] = memory
-            self._unindex(memory.id)
-            if not memory.valid_to:
-                self._index(known(memory))
-        if not self.exhaustive:
-            self.save()
+            self.stored.pop(memory.id, None)
+            if memory.valid_to:
+                self.index.remove(memory.id)
+            else:
+                self.index.add(known(memory))
 
     def save(self) -> None:
         """Write everything pending in one upsert."""
         if self.pending:
             written = list(self.pending.values())
             self.memories.save(self.tenant, written, new_ids=self.new_ids)
-            if self.stamp is not None:  # a parkable pool keeps what it wrote as the stored rows
-                self.stored.update(self.pending)
             self.pending, self.new_ids = {}, set()
             if self.stamp is not None and self.namespace is not None:
                 # This write is reflected here (the counters move as the repository moves them); any other
@@ -172,29 +248,10 @@ class Pool:
 
     def park(self) -> None:
         """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
-        if self.stamp is not None and self.namespace is not None and not self.pending \
-                and len(self.live) <= POOL_LIMIT:
+        if self.stamp is not None and self.namespace is not None and not self.pending:
+            self.stored.clear()
             self.memories.park(self.tenant, self.namespace.agent_id, self.key, self, self.stamp)
 
-    def _index(self, memory: Known) -> None:
-        grams = shingles(memory.content)
-        self.live[memory.id], self.grams[memory.id] = memory, grams
-        for gram in grams:
-            self.postings[(memory.scope, memory.kind, gram)].add(memory.id)
-
-    def _unindex(self, memory_id: str) -> None:
-        old = self.live.pop(memory_id, None)
-        if old is not None:
-            for gram in self.grams.pop(memory_id):
-                self.postings[(old.scope, old.kind, gram)].discard(memory_id)
-
-    def _namespace(self) -> Namespace:
-        if self.namespace is None:
-            raise RuntimeError("a pool that searches the store needs its namespace")
-        return self.namespace
-
-    def _own(self, item: MemoryItem) -> Filter:
-        """Return the filter of the live memories this item can collide with: its kind, in its scope of this
-        namespace (another agent's or session's memories never count as duplicates)."""
-        return (scope_filter(self._namespace(), [item.scope]).and_(live_filter(False))
-                .and_(kinds_filter([item.kind], exclude_turns=False)))
+    def nbytes(self) -> int:
+        """Return an estimate of the memory a parked pool holds."""
+        return self.index.nbytes()

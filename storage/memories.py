@@ -6,6 +6,8 @@ import hashlib
 import logging
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -31,6 +33,8 @@ from storage.read_cache import CACHED_INDEX_ROWS, ReadCache, Stamp
 from storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 
 T = TypeVar("T")
+CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
+RANGE_CUTS = 8  # ranges a full query window is cut into (MemoryRepository.query_all)
 log = logging.getLogger("acn.store")
 
 
@@ -48,8 +52,12 @@ class MemoryRepository:
         self._raw_store = store
         self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
         self._clock_lock = threading.Lock()
-        self._last_ms: dict[tuple[str, str, str], int] = {}
-        self._namespace_locks: dict[tuple[str, str], threading.RLock] = {}
+        # Per session, the last stamp handed out (least recently used sessions forgotten past CLOCK_SESSIONS: a
+        # forgotten session's next stamp reads the store again); per agent, the lock of its read-then-write
+        # sequences, kept only while someone holds it. Neither grows with every session and agent ever seen.
+        self._last_ms: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._namespace_locks: weakref.WeakValueDictionary[tuple[str, str], threading.RLock] = \
+            weakref.WeakValueDictionary()
         # With a Lite file this process is the only writer: repeated reads are served from memory and kept
         # current by the writes themselves (storage/read_cache.py). Against a server other processes write too:
         # no cache there.
@@ -64,7 +72,10 @@ class MemoryRepository:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
         key = (tenant, namespace.agent_id)
         with self._clock_lock:
-            return self._namespace_locks.setdefault(key, threading.RLock())
+            lock = self._namespace_locks.get(key)
+            if lock is None:
+                lock = self._namespace_locks[key] = threading.RLock()
+            return lock
 
     def open(self) -> None:
         """Create and load the collection.
@@ -97,16 +108,23 @@ class MemoryRepository:
             with self._clock_lock:
                 self._last_ms[key] = max(self._last_ms.get(key, 0), latest)
         with self._clock_lock:
-            now = max(int(time.time() * 1000), self._last_ms[key] + 1)
+            now = max(int(time.time() * 1000), self._last_ms.get(key, 0) + 1)
             self._last_ms[key] = now
+            self._last_ms.move_to_end(key)
+            while len(self._last_ms) > CLOCK_SESSIONS:
+                self._last_ms.popitem(last=False)
             return now
 
     def _latest_in_session(self, tenant: str, namespace: Namespace) -> int:
-        index = self._local_index(tenant, namespace)
-        if index is not None:  # a new session's first write loads the index its later reads need anyway
-            return max((m.updated_at for m in index.select(session_filter(tenant, namespace))), default=0)
-        rows = self.store.query(self.spec.name, session_filter(tenant, namespace),
-                                fields=["updated_at"], limit=16384)
+        """Return the latest stamp of the session's rows that is not behind the wall clock (0: none).
+
+        Only those can push the session's clock past the wall clock (a batch stamps items faster than one per ms;
+        a clock set back), so they are all that is read: a few rows, not the session (a whole-session read cost
+        a second at 10k rows).
+        """
+        wall = int(time.time() * 1000)
+        ahead = session_filter(tenant, namespace).and_(Filter("updated_at >= {clock_wall}", {"clock_wall": wall}))
+        rows = self.store.query(self.spec.name, ahead, fields=["updated_at"], limit=QUERY_WINDOW)
         return max((int(row["updated_at"]) for row in rows), default=0)
 
     # -- writes ----------------------------------------------------------------------------
@@ -226,6 +244,25 @@ class MemoryRepository:
                 return sorted(index.select(flt), key=lambda m: (m.created_at, m.id))[offset: offset + limit]
         rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)
         return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
+
+    def query_all(self, tenant: str, where: Filter, fields: list[str]) -> list[Record]:
+        """Return every row matching the filter, however many: past the store's query window (16,384 rows, and
+        limit + offset no more), the id space is cut into ranges at ids the full window returned, each range read
+        alone and cut again while it still fills a window."""
+        return self._query_range(tenant_filter(tenant).and_(where), fields, "", None)
+
+    def _query_range(self, where: Filter, fields: list[str], low: str, high: str | None) -> list[Record]:
+        bounds = Filter("id >= {range_low}" + (" and id < {range_high}" if high is not None else ""),
+                        {"range_low": low, **({"range_high": high} if high is not None else {})})
+        rows = self.store.query(self.spec.name, where.and_(bounds), fields=[*fields, "id"] if "id" not in fields
+                                else fields, limit=QUERY_WINDOW)
+        if len(rows) < QUERY_WINDOW:
+            return rows
+        step = QUERY_WINDOW // RANGE_CUTS
+        starts = [low, *sorted(str(row["id"]) for row in rows)[step::step]]  # each range leaves out sampled ids
+        stops: list[str | None] = [*starts[1:], high]
+        return [row for start, stop in zip(starts, stops, strict=True)
+                for row in self._query_range(where, fields, start, stop)]
 
     def page(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
         """Return one page of matching memories in a stable order (created_at, id)."""
