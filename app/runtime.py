@@ -62,6 +62,7 @@ class Runtime:
             embedder = load_embedder(settings.embedder, cache)
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
                                         index_rows=settings.local_index_rows,
+                                        cache_bytes=settings.read_cache_mb << 20,
                                         sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None)
             memories.open()
             sessions = SessionRepository(store, prefix=settings.collection_prefix,

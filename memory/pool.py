@@ -36,8 +36,6 @@ class Known:
 
 
 KNOWN_FIELDS = ["id", "content", "scope", "kind", "key", "version"]
-# A candidate must hold this many of the bigrams read beyond the prefix filter's minimum (see DedupIndex.nearest).
-EXTRA_GRAMS = 3
 
 
 def known(memory: Memory | dict[str, Any]) -> Known:
@@ -52,26 +50,29 @@ class DedupIndex:
     """The live memories of a namespace by slot, with postings of character bigrams and a map of keys.
 
     Exact at any size: `nearest` returns what comparing the item with every live memory of its scope and kind
-    would (tests/test_memory_write_pool.py checks it against that definition), reading only the postings of the
-    item's rarest bigrams. Postings are arrays of int32 slots (4 bytes an entry: a 100k-memory namespace's index
-    is tens of MB, not the hundreds a set of ids per bigram takes); a changed memory gets a new slot and its old
-    one is left dead (updates are rare next to adds; a reload starts clean).
+    would (tests/test_memory_write_pool.py checks it against that definition). The postings of the item's bigrams
+    are counted at once (numpy): a slot's count is its overlap with the item, so its Dice follows from the two
+    sizes with no set compared. Postings are arrays of int32 slots (4 bytes an entry: a 100k-memory namespace's
+    index is tens of MB, not the hundreds a set of ids per bigram takes); a changed memory gets a new slot and its
+    old one is marked dead (updates are rare next to adds; a reload starts clean).
     """
 
     def __init__(self) -> None:
         self.slots: list[Known | None] = []
         self.slot_of: dict[str, int] = {}
         self.sizes = array("i")  # bigrams per slot
-        self.postings: dict[tuple[str, str, str], array[int]] = {}
+        self.alive = bytearray()  # 1 per live slot
+        self.groups: dict[tuple[str, str], dict[str, array[int]]] = {}  # (scope, kind) -> bigram -> slots
         self.keyed: dict[tuple[str, str, str], set[str]] = {}
         self.chars = 0  # content characters held, for the byte estimate
+        self.entries = 0  # posting entries
 
     def __len__(self) -> int:
         return len(self.slot_of)
 
     def nbytes(self) -> int:
         """Return an estimate of the memory the index holds (the read cache's byte budget counts it)."""
-        return 200 * len(self.slots) + 2 * self.chars + sum(len(p) * 4 + 120 for p in self.postings.values())
+        return 200 * len(self.slots) + 2 * self.chars + 4 * self.entries + 150 * sum(map(len, self.groups.values()))
 
     def get(self, memory_id: str) -> Known | None:
         slot = self.slot_of.get(memory_id)
@@ -87,11 +88,16 @@ class DedupIndex:
         self.slots.append(memory)
         self.slot_of[memory.id] = slot
         self.sizes.append(len(grams))
+        self.alive.append(1)
         self.chars += len(memory.content)
+        self.entries += len(grams)
+        postings = self.groups.get((memory.scope, memory.kind))
+        if postings is None:
+            postings = self.groups[(memory.scope, memory.kind)] = {}
         for gram in grams:
-            posting = self.postings.get((memory.scope, memory.kind, gram))
+            posting = postings.get(gram)
             if posting is None:
-                self.postings[(memory.scope, memory.kind, gram)] = posting = array("i")
+                postings[gram] = posting = array("i")
             posting.append(slot)
         if memory.key:
             self.keyed.setdefault((memory.scope, memory.kind, memory.key), set()).add(memory.id)
@@ -102,6 +108,7 @@ class DedupIndex:
             return
         old = self.slots[slot]
         self.slots[slot] = None
+        self.alive[slot] = 0
         if old is not None:
             self.chars -= len(old.content)
             if old.key:
@@ -115,45 +122,30 @@ class DedupIndex:
         return [m for i in sorted(self.keyed.get((scope, kind, key), ())) if (m := self.get(i)) is not None]
 
     def nearest(self, scope: str, kind: str, target: frozenset[str], floor: float) -> tuple[float, Known] | None:
-        """Return the most similar live memory of the scope and kind (Dice of bigrams) if it reaches floor.
-
-        Dice >= floor needs an overlap of at least m = floor·|A|/(2 − floor) of the item's |A| bigrams, so such a
-        memory misses at most |A| − m of them and holds at least k of any |A| − m + k. The postings of the item's
-        rarest |A| − m + k bigrams are counted (numpy) and only slots counted k times are compared exactly; ties
-        go to one fixed memory, the greatest id.
-        """
-        if not target:
+        """Return the most similar live memory of the scope and kind (Dice of bigrams) if it reaches floor; ties go
+        to one fixed memory, the greatest id."""
+        postings = self.groups.get((scope, kind))
+        if not target or postings is None:
             return None
-        found = [p for p in (self.postings.get((scope, kind, gram)) for gram in target) if p is not None]
+        found = [p for p in map(postings.get, target) if p is not None]
+        # Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A| bigrams.
         needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
-        extra = min(EXTRA_GRAMS, needed)
-        read = len(target) - needed + extra
-        if len(found) < extra:
+        if len(found) < needed:
             return None
-        found.sort(key=len)
-        lists = found[:read]
-        if sum(len(p) for p in lists) <= 64:
-            counts: dict[int, int] = {}
-            for posting in lists:
-                for slot in posting:
-                    counts[slot] = counts.get(slot, 0) + 1
-            candidates = [slot for slot, count in counts.items() if count >= extra]
-        else:
-            tally = np.bincount(np.concatenate([np.frombuffer(p, dtype=np.int32) for p in lists]))
-            candidates = np.flatnonzero(tally >= extra).tolist()
-        best: tuple[float, str] = (0.0, "")
-        size = len(target)
-        for slot in candidates:
-            memory = self.slots[slot]
-            other = self.sizes[slot]
-            if memory is None or 2 * min(size, other) < floor * (size + other) - 1e-9:
-                continue
-            score = 2 * len(target & shingles(memory.content)) / (size + other)
-            if (score, memory.id) > best:
-                best = (score, memory.id)
-        score, best_id = best
-        memory = self.get(best_id) if best_id else None
-        return (score, memory) if memory is not None and score >= floor else None
+        tally = np.bincount(np.frombuffer(b"".join(found), dtype=np.int32))  # join: one copy, no array per posting
+        slots = np.flatnonzero(tally >= needed)
+        if not len(slots):
+            return None
+        overlap = tally[slots]
+        sizes = np.frombuffer(self.sizes, dtype=np.int32)[slots]
+        alive = np.frombuffer(self.alive, dtype=np.uint8)[slots]
+        scores = np.where(alive == 1, 2.0 * overlap / (len(target) + sizes), 0.0)
+        top = float(scores.max())
+        if top < floor or top <= 0:
+            return None
+        best = max((memory for slot in slots[scores == top].tolist()
+                    if (memory := self.slots[slot]) is not None), key=lambda memory: memory.id)
+        return top, best
 
 
 class Pool:

@@ -21,6 +21,7 @@ from storage.memory_rows import (
     Scored,
     from_record,
     group_filter,
+    id_range,
     live_filter,
     memory_spec,
     namespace_filter,
@@ -29,7 +30,7 @@ from storage.memory_rows import (
     tenant_filter,
     to_record,
 )
-from storage.read_cache import CACHED_INDEX_ROWS, ReadCache, Stamp
+from storage.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, ReadCache, Stamp
 from storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 
 T = TypeVar("T")
@@ -42,7 +43,8 @@ class MemoryRepository:
     """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
-                 index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None) -> None:
+                 index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
+                 cache_bytes: int = CACHED_BYTES, warm_in_background: bool = True) -> None:
         self.embedder = embedder
         # With a sealer (ACN_ENCRYPTION_KEY) rows are encrypted at rest: the store wrapper seals and opens them,
         # so everything here, the in-process index included, works on plain rows.
@@ -62,7 +64,8 @@ class MemoryRepository:
         # current by the writes themselves (storage/read_cache.py). Against a server other processes write too:
         # no cache there.
         exclusive = not getattr(store, "is_server", True)
-        self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows) if exclusive else None
+        self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
+                               max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
 
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).
@@ -252,10 +255,8 @@ class MemoryRepository:
         return self._query_range(tenant_filter(tenant).and_(where), fields, "", None)
 
     def _query_range(self, where: Filter, fields: list[str], low: str, high: str | None) -> list[Record]:
-        bounds = Filter("id >= {range_low}" + (" and id < {range_high}" if high is not None else ""),
-                        {"range_low": low, **({"range_high": high} if high is not None else {})})
-        rows = self.store.query(self.spec.name, where.and_(bounds), fields=[*fields, "id"] if "id" not in fields
-                                else fields, limit=QUERY_WINDOW)
+        wanted = fields if "id" in fields else [*fields, "id"]
+        rows = self.store.query(self.spec.name, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
         if len(rows) < QUERY_WINDOW:
             return rows
         step = QUERY_WINDOW // RANGE_CUTS
