@@ -51,6 +51,7 @@ CACHED_BYTES = 256 << 20  # the default of ACN_READ_CACHE_MB
 TOKENIZE_CHUNK = 200  # rows a loading index tokenizes between pauses
 LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, more in id ranges (ID_CUTS)
 CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
+CACHED_AGENT_COUNTERS = 65_536  # agents whose write counters are kept (see ReadCache.after_save)
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
@@ -124,6 +125,13 @@ class ReadCache:
                             known.add(memory.session_id)
             if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
                 self._revision += 1
+            if len(self._agent_writes) >= CACHED_AGENT_COUNTERS:
+                # Forgetting counters could let a stale stamp match again; a new epoch makes every earlier stamp
+                # stale instead (parked objects are dropped: they are rebuilt on their next use).
+                self._agent_writes.clear()
+                self._shared_writes.clear()
+                self._parked.clear()
+                self._epoch += 1
             counted = [m for m in memories if m.kind != "turn"]
             for agent in {(tenant, m.agent_id) for m in counted}:
                 self._agent_writes[agent] = self._agent_writes.get(agent, 0) + 1
