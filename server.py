@@ -24,7 +24,8 @@ from werkzeug.exceptions import HTTPException
 
 from app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from app.json_body import read_json_body
-from app.openapi import build_manifest, build_openapi
+from app.openapi import build_admin_openapi, build_manifest, build_openapi
+from app.proxies import TrustedProxyFix, parse_trusted_proxies
 from app.responses import error_response, ok_response, validate
 from app.runtime import Runtime
 from common.auth import authenticate, parse_api_keys
@@ -39,11 +40,13 @@ from inspector.signin import covers as covers_ui
 from integrations.dify_extension import register_dify_extension
 from nodes import all_nodes
 from nodes.memory_admin import (
+    MemoryImportRequest,
     MemoryListRequest,
     NamespaceDeleteRequest,
     delete_memory,
     delete_namespace,
     get_memory,
+    import_memories,
     list_memories,
 )
 from nodes.spec import NodeSpec
@@ -62,8 +65,10 @@ def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
     keys = parse_api_keys(settings.api_keys)
+    proxies = parse_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops start-up, before the store
     runtime = Runtime.open(settings)
     app = Flask(__name__)
+    app.wsgi_app = TrustedProxyFix(app.wsgi_app, proxies)  # type: ignore[method-assign]
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.extensions["acn"] = runtime
@@ -90,7 +95,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy) -> None:
     ui_auth: UiAuth = app.extensions["acn_ui_auth"]
     # /healthz and /metrics check keys themselves (a bare health answer, a metrics token).
-    open_paths = {"/healthz", "/openapi.json", "/v1/manifest", "/metrics"}
+    open_paths = {"/healthz", "/openapi.json", "/openapi-admin.json", "/v1/manifest", "/metrics"}
 
     @app.before_request
     def _start() -> Response | None:
@@ -181,6 +186,10 @@ def _register_admin_routes(app: Flask, runtime: Runtime) -> None:
     def _delete_namespace() -> Response:
         return ok_response(delete_namespace(validate(NamespaceDeleteRequest, request.args.to_dict()), deps()))
 
+    @app.post("/v1/memories/import")
+    def _import() -> Response:
+        return ok_response(import_memories(validate(MemoryImportRequest, read_json_body()), deps()))
+
     @app.get("/v1/memories/<memory_id>")
     def _get(memory_id: str) -> Response:
         return ok_response(get_memory(memory_id, deps()))
@@ -221,9 +230,18 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
     def _manifest() -> Response:
         return as_json(build_manifest(nodes))
 
+    def public_url() -> str:
+        # ACN_PUBLIC_URL when set: behind a TLS proxy the request's own URL is the proxy's inner http:// one.
+        return runtime.settings.public_url.rstrip("/") or request.host_url.rstrip("/")
+
     @app.get("/openapi.json")
     def _openapi() -> Response:
-        return as_json(build_openapi(nodes, server_url=request.host_url.rstrip("/")))
+        # The node operations only: what a Dify custom tool or Coze plugin imports as an agent's tools.
+        return as_json(build_openapi(nodes, server_url=public_url()))
+
+    @app.get("/openapi-admin.json")
+    def _openapi_admin() -> Response:
+        return as_json(build_admin_openapi(nodes, server_url=public_url()))
 
 
 def metrics_token_presented(token: str) -> bool:

@@ -3,11 +3,15 @@
     acn list   --agent A [--session S] [--kinds fact,decision]
     acn show   MEMORY_ID
     acn export --agent A [--session S] > memories.jsonl      (one memory per line, with history)
-    acn import --agent A --session S < memories.jsonl        (through memory_write: dedup and supersede apply)
-    acn delete --agent A [--session S | --user U] | acn delete MEMORY_ID
+    acn import < memories.jsonl                              (exported rows come back exactly: ids, kinds,
+                                                              versions, history, timestamps, turn ranges)
+    acn import --agent A --session S < items.jsonl           (lines without an id: new items through
+                                                              memory_write, so dedup and supersede apply)
+    acn delete --agent A [--session S | --user U] [--yes] | acn delete MEMORY_ID [--yes]
     acn sessions --agent A --session S                        (the session's versions)
 
---url (ACN_URL, default http://127.0.0.1:8000) and --key (ACN_KEY) pick the server; progress goes to stderr.
+--url (ACN_URL, default http://127.0.0.1:8000) and --key (ACN_KEY) pick the server. Counts and progress go to
+stderr (progress only when stderr is a terminal). delete asks first; without a terminal it needs --yes.
 """
 
 from __future__ import annotations
@@ -17,11 +21,18 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import requests
 
 BATCH = 100
+# memory_write's actions, as an import reports them.
+WRITE_OUTCOME = {"added": "created", "updated": "updated", "superseded": "updated", "duplicate": "unchanged"}
+
+
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line message (exit status 1), never a traceback."""
+    raise SystemExit(f"acn: {message}")
 
 
 class Client:
@@ -34,10 +45,23 @@ class Client:
             self.session.headers["Authorization"] = f"Bearer {key}"
 
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self.session.request(method, f"{self.url}{path}", timeout=120, **kwargs)
-        body = response.json()
-        if not body.get("ok"):
-            raise SystemExit(f"acn: {response.status_code} {body.get('code')}: {body.get('error')}")
+        try:
+            response = self.session.request(method, f"{self.url}{path}", timeout=120, **kwargs)
+        except requests.ConnectionError as error:
+            reason = "connection refused" if "refused" in str(error).lower() else "cannot connect"
+            fail(f"cannot reach the server at {self.url} ({reason}); is it running (`make run`)? "
+                 "Pick another with --url or ACN_URL.")
+        except requests.Timeout:
+            fail(f"the server at {self.url} did not answer within 120 s")
+        except requests.RequestException as error:
+            fail(f"request to {self.url} failed: {error}")
+        try:
+            body = response.json()
+        except ValueError:
+            fail(f"{response.status_code} from {self.url}{path} is not this server's JSON (is --url right?)")
+        if not isinstance(body, dict) or not body.get("ok"):
+            body = body if isinstance(body, dict) else {}
+            fail(f"{response.status_code} {body.get('code')}: {body.get('error')}")
         return dict(body)
 
     def pages(self, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -50,7 +74,28 @@ class Client:
 
 
 def progress(done: int, label: str) -> None:
-    print(f"\r{label}: {done}", end="", file=sys.stderr, flush=True)
+    """Rewrite one status line on a terminal; print nothing when stderr is a file or a pipe."""
+    if sys.stderr.isatty():
+        print(f"\r{label}: {done}", end="", file=sys.stderr, flush=True)
+
+
+def report(text: str) -> None:
+    """Print a final count (ending the progress line on a terminal)."""
+    print(("\r" if sys.stderr.isatty() else "") + text, file=sys.stderr)
+
+
+def confirm(question: str, args: argparse.Namespace) -> None:
+    """Ask before a destructive command unless --yes; without a terminal to ask on, refuse."""
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        fail(f"{question}: refusing without a terminal to ask on; add --yes")
+    try:
+        answer = input(f"{question}? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        fail("cancelled")
 
 
 def namespace(args: argparse.Namespace) -> dict[str, Any]:
@@ -74,37 +119,63 @@ def cmd_export(client: Client, args: argparse.Namespace) -> None:
     for count, memory in enumerate(client.pages(namespace(args)), start=1):
         print(json.dumps(memory, ensure_ascii=False))
         progress(count, "exported")
-    print(f"\rexported: {count}", file=sys.stderr)
+    report(f"exported: {count}")
 
 
 def cmd_import(client: Client, args: argparse.Namespace) -> None:
-    items = [import_item(json.loads(line)) for line in sys.stdin if line.strip()]
-    written = 0
+    if sys.stdin.isatty():
+        usage("import reads JSON lines from stdin: acn import < memories.jsonl")
+    rows, items = read_import(sys.stdin)
+    if items and not (args.agent and args.session):
+        fail("lines without an id are new items: give --agent and --session to write them into")
+    counts = {"created": 0, "updated": 0, "unchanged": 0}
+    done = 0
+    for start in range(0, len(rows), BATCH):
+        body = client.call("POST", "/v1/memories/import", json={"memories": rows[start:start + BATCH]})
+        for name in counts:
+            counts[name] += int(body[name])
+        done += len(rows[start:start + BATCH])
+        progress(done, f"imported (of {len(rows) + len(items)})")
     for start in range(0, len(items), BATCH):
-        batch = items[start:start + BATCH]
-        client.call("POST", "/v1/nodes/memory_write", json={**namespace(args), "items": batch})
-        written += len(batch)
-        progress(written, f"imported (of {len(items)})")
-    print(f"\rimported: {written}", file=sys.stderr)
+        body = client.call("POST", "/v1/nodes/memory_write",
+                           json={**namespace(args), "items": items[start:start + BATCH]})
+        for result in body["results"]:
+            counts[WRITE_OUTCOME.get(result["action"], "updated")] += 1
+        done += len(items[start:start + BATCH])
+        progress(done, f"imported (of {len(rows) + len(items)})")
+    report(", ".join(f"{name}: {count}" for name, count in counts.items()))
 
 
-def import_item(memory: dict[str, Any]) -> dict[str, Any]:
-    """Return the memory_write item of an exported memory (archived turns import as facts)."""
-    item = {k: memory[k] for k in ("kind", "content", "key", "importance", "scope", "meta", "turn_range")
-            if memory.get(k) is not None}
-    if item.get("kind") == "turn":
-        item["kind"] = "fact"
-    return item
+def read_import(lines: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split JSON lines into exported rows (with an id: restored as they are) and new memory_write items."""
+    rows: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as error:
+            fail(f"line {number} is not JSON: {error}")
+        if not isinstance(value, dict):
+            fail(f"line {number} is not a JSON object")
+        (rows if "id" in value else items).append(value)
+    return rows, items
 
 
 def cmd_delete(client: Client, args: argparse.Namespace) -> None:
     if args.target:
+        memory = client.call("GET", f"/v1/memories/{args.target}")["memory"]
+        confirm(f"delete memory {args.target} ({memory['kind']}: {memory['content'][:60]!r})", args)
         client.call("DELETE", f"/v1/memories/{args.target}")
-        print("deleted: 1", file=sys.stderr)
+        report("deleted: 1")
         return
     if not args.agent:
-        raise SystemExit("acn: delete needs a MEMORY_ID or --agent")
-    print(f"deleted: {client.call('DELETE', '/v1/memories', params=namespace(args))['deleted']}", file=sys.stderr)
+        usage("delete needs a MEMORY_ID or --agent")
+    where = ", ".join(f"{name} {value}" for name, value in namespace(args).items())
+    count = sum(1 for _ in client.pages(namespace(args)))
+    confirm(f"delete all {count} memories of {where}" + ("" if args.user else " and its session state"), args)
+    report(f"deleted: {client.call('DELETE', '/v1/memories', params=namespace(args))['deleted']}")
 
 
 def cmd_sessions(client: Client, args: argparse.Namespace) -> None:
@@ -128,13 +199,23 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--session")
     root.add_argument("--user")
     root.add_argument("--kinds", help="comma-separated kinds (list)")
+    root.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     return root
+
+
+def usage(message: str) -> NoReturn:
+    """Stop with argparse's usage line and exit status 2, as for any other malformed command line."""
+    parser().error(message)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    if args.command in ("list", "export", "import", "sessions") and not args.agent:
-        raise SystemExit(f"acn: {args.command} needs --agent")
+    if args.command in ("list", "export", "sessions") and not args.agent:
+        usage(f"{args.command} needs --agent")
+    if args.command == "show" and not args.target:
+        usage("show needs a MEMORY_ID")
+    if args.target and args.command not in ("show", "delete"):
+        usage(f"{args.command} takes no MEMORY_ID")
     COMMANDS[args.command](Client(args.url, args.key), args)
 
 

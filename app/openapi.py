@@ -38,6 +38,8 @@ def admin_models() -> dict[str, type[BaseModel]]:
     from nodes.memory_admin import (
         DeleteResponse,
         MemoryGetResponse,
+        MemoryImportRequest,
+        MemoryImportResponse,
         MemoryListRequest,
         MemoryListResponse,
         NamespaceDeleteRequest,
@@ -45,34 +47,75 @@ def admin_models() -> dict[str, type[BaseModel]]:
 
     return {"MemoryListRequest": MemoryListRequest, "MemoryListResponse": MemoryListResponse,
             "MemoryGetResponse": MemoryGetResponse, "NamespaceDeleteRequest": NamespaceDeleteRequest,
-            "DeleteResponse": DeleteResponse}
+            "DeleteResponse": DeleteResponse, "MemoryImportRequest": MemoryImportRequest,
+            "MemoryImportResponse": MemoryImportResponse}
 
 
 def build_openapi(nodes: dict[str, NodeSpec], server_url: str = DEFAULT_SERVER) -> dict[str, Any]:
-    """Return the OpenAPI 3.0.3 document of every route."""
-    admin = admin_models()
+    """Return the OpenAPI 3.0.3 document of the node routes: what Dify custom tools and Coze import.
+
+    Dify's importer turns every operation into a tool an agent may call, so the administration routes (list,
+    get and delete memories) live in their own document (`build_admin_openapi`).
+    """
+    paths: dict[str, Any] = {f"/v1/nodes/{spec.name}": {"post": node_operation(spec)} for spec in nodes.values()}
+    return _document(nodes, {}, paths, server_url, PACK["description"]["en_US"])
+
+
+def build_admin_openapi(nodes: dict[str, NodeSpec], server_url: str = DEFAULT_SERVER) -> dict[str, Any]:
+    """Return the OpenAPI 3.0.3 document of the memory administration routes (never imported as agent tools)."""
+    components = _components(nodes, admin_models())
+    description = ("Operator routes of Agent Context Nodes: list, read, import and delete memories. Not for agent "
+                   "tools: import /openapi.json (the nodes) into Dify or Coze instead.")
+    return _document(nodes, admin_models(), admin_paths(components), server_url, description)
+
+
+def _components(nodes: dict[str, NodeSpec], extra: dict[str, type[BaseModel]]) -> dict[str, Any]:
     pairs: list[tuple[type[BaseModel], Any]] = []
     for spec in nodes.values():
         pairs += [(spec.request_model, "validation"), (spec.response_model, "serialization")]
-    pairs += [(admin[name], "validation" if name.endswith("Request") else "serialization") for name in admin]
+    pairs += [(extra[name], "validation" if name.endswith("Request") else "serialization") for name in extra]
     _, definitions = models_json_schema(pairs, ref_template="#/components/schemas/{model}")
     components = {name: to_openapi30(schema) for name, schema in definitions.get("$defs", {}).items()}
     components = {name: type_wrapped_refs(schema, components) for name, schema in components.items()}
     components["Error"] = ERROR_SCHEMA
-    paths: dict[str, Any] = {f"/v1/nodes/{spec.name}": {"post": node_operation(spec)} for spec in nodes.values()}
-    paths.update(admin_paths(components))
+    return components
+
+
+def _document(nodes: dict[str, NodeSpec], extra: dict[str, type[BaseModel]], paths: dict[str, Any],
+              server_url: str, description: str) -> dict[str, Any]:
+    """Return an OpenAPI document of paths with only the component schemas they reference."""
+    components = _components(nodes, extra)
+    used = referenced_components(paths, components)
     return {
         "openapi": "3.0.3",
-        "info": {"title": PACK["label"]["en_US"], "version": PACK["version"],
-                 "description": PACK["description"]["en_US"]},
+        "info": {"title": PACK["label"]["en_US"], "version": PACK["version"], "description": description},
         "servers": [{"url": server_url}],
         "paths": paths,
         "components": {
-            "schemas": dict(sorted(components.items())),
+            "schemas": {name: schema for name, schema in sorted(components.items()) if name in used},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
     }
+
+
+def referenced_components(start: Any, components: dict[str, Any]) -> set[str]:
+    """Return the names of the component schemas reachable by $ref from start."""
+    used: set[str] = set()
+    pending = [start]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+                name = ref.rsplit("/", 1)[-1]
+                if name not in used:
+                    used.add(name)
+                    pending.append(components.get(name, {}))
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return used
 
 
 def node_operation(spec: NodeSpec) -> dict[str, Any]:
@@ -107,6 +150,12 @@ def admin_paths(components: dict[str, Any]) -> dict[str, Any]:
                     "parameters": list_params, "responses": _responses("MemoryListResponse")},
             "delete": {"operationId": "memory_delete_namespace", "summary": "Delete a namespace's memories",
                        "parameters": delete_params, "responses": _responses("DeleteResponse")},
+        },
+        "/v1/memories/import": {
+            "post": {"operationId": "memory_import", "summary": "Restore exported memories verbatim (by id)",
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/MemoryImportRequest"}}}},
+                     "responses": _responses("MemoryImportResponse")},
         },
         "/v1/memories/{memory_id}": {
             "get": {"operationId": "memory_get", "summary": "Get one memory with its history",
@@ -193,6 +242,7 @@ def build_manifest(nodes: dict[str, NodeSpec]) -> dict[str, Any]:
     """Return the pack manifest: identity plus every node with its route, schemas and descriptions."""
     manifest = copy.deepcopy(PACK)
     manifest["openapi"] = "schemas/openapi.json"
+    manifest["openapi_admin"] = "schemas/openapi-admin.json"
     manifest["nodes"] = [
         {
             "name": spec.name,

@@ -13,9 +13,10 @@ from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
 from services.deps import Deps
 from services.slots import WorkSlots
+from storage.coordination import open_coordinator
 from storage.crypto import SnapshotCipher
 from storage.memories import MemoryRepository
-from storage.milvus import MilvusStore
+from storage.milvus import MilvusStore, open_store
 from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.model_cache import cache_dir_setting, load_jieba_dictionary
@@ -55,9 +56,10 @@ class Runtime:
         parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
         threading.Thread(target=_load_jieba, args=(cache,), name="acn-jieba", daemon=True).start()
         tokenizer = load_tokenizer(settings.tokenizer, cache)
-        store = MilvusStore(settings.milvus_uri, token=settings.milvus_token, db_name=settings.milvus_db,
-                            flush_every=settings.flush_every_writes,
-                            flush_interval=settings.flush_interval_seconds).open()
+        store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
+                                               db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
+                                               flush_interval=settings.flush_interval_seconds),
+                           settings.store_wait_seconds)
         try:
             embedder = load_embedder(settings.embedder, cache)
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
@@ -68,7 +70,8 @@ class Runtime:
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,
                                          cipher=SnapshotCipher(settings.encryption_key),
-                                         redact=settings.redact_snapshots)
+                                         redact=settings.redact_snapshots,
+                                         coordinator=open_coordinator(settings))
             sessions.open()
         except Exception:
             store.close()
@@ -95,3 +98,5 @@ class Runtime:
         if self.chat is not None:
             self.chat.close()
         self.store.close()
+        if self.sessions.coordinator is not None:
+            self.sessions.coordinator.close()

@@ -53,6 +53,18 @@ class ConflictError(PackError):
     code = "version_conflict"
 
 
+class LeaseLostError(ConflictError):
+    """A request stalled past its session lease and another request took the session: its commit is refused."""
+
+    code = "lease_lost"
+
+
+class IdTakenError(ConflictError):
+    """An imported row names an id that another tenant's row holds (ids are the store's primary key)."""
+
+    code = "id_taken"
+
+
 class PayloadTooLargeError(PackError):
     status = 413
     code = "payload_too_large"
@@ -102,6 +114,20 @@ class ProviderError(PackError):
 class StoreUnavailableError(PackError):
     status = 503
     code = "store_unavailable"
+
+
+class CoordinationUnavailableError(PackError):
+    """Redis (ACN_REDIS_URL) cannot be reached: no session lease, so no write (503 with Retry-After)."""
+
+    status = 503
+    code = "coordination_unavailable"
+
+
+class SessionBusyError(PackError):
+    """Another request held the session's lease for longer than ACN_REDIS_LOCK_WAIT_SECONDS."""
+
+    status = 503
+    code = "session_busy"
 
 
 class BusyError(PackError):

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+from text.pii import redact_pii
+
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
@@ -59,8 +61,6 @@ def _clean(value: Any) -> Any:
 
 
 def _redact(line: str) -> str:
-    from text.pii import redact_pii  # imported lazily: logging is configured before anything else
-
     return redact_pii(line)[0]
 
 

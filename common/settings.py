@@ -24,6 +24,22 @@ class Settings(StrictModel):
     )
     milvus_token: str = Field(default="", description="Token for a Milvus server (user:password or API key).")
     milvus_db: str = Field(default="", description="Milvus database name on a server (empty: the default).")
+    redis_url: str = Field(
+        default="",
+        description=(
+            "redis://host:port/db of the Redis that serialises each session's writes across server processes "
+            "(a lease per session, fencing checked at commit). Empty: sessions are locked in process only, so with "
+            "a Milvus server URI this process must be the only writer."
+        ),
+    )
+    redis_lease_ms: int = Field(
+        default=10_000, ge=200, le=600_000,
+        description="Length of a session lease in Redis; renewed every third of it while a request holds it.",
+    )
+    redis_lock_wait_seconds: float = Field(
+        default=10.0, gt=0, le=600,
+        description="How long a write waits for another request's session lease before 503 session_busy.",
+    )
     collection_prefix: str = Field(
         default="acn", description="Prefix of the Milvus collections this pack creates."
     )
@@ -56,6 +72,28 @@ class Settings(StrictModel):
         description=(
             "Comma-separated browser origins (https://app.example.com) allowed to call the API: they get CORS "
             "answers and preflights. A request from any other page's Origin is 403 origin_not_allowed."
+        ),
+    )
+    public_url: str = Field(
+        default="",
+        description=(
+            "The URL clients reach this server at (https://acn.example.com, behind a TLS proxy): servers[0].url of "
+            "/openapi.json and /openapi-admin.json, so an imported tool calls it. Empty: the request's own URL."
+        ),
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description=(
+            "Comma-separated IP addresses or networks (10.0.0.0/8) of reverse proxies whose X-Forwarded-For, "
+            "-Proto, -Host, -Port and -Prefix headers are believed (one proxy hop). Empty: those headers are "
+            "ignored, whoever sends them."
+        ),
+    )
+    store_wait_seconds: float = Field(
+        default=60.0, ge=0, le=3600,
+        description=(
+            "At start-up, how long to wait for a Milvus server that does not answer yet (retrying with back-off "
+            "and logging each attempt) before giving up. 0: fail at once. A Lite file is never waited for."
         ),
     )
     metrics_token: str = Field(

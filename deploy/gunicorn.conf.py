@@ -1,8 +1,9 @@
 """gunicorn settings for production: `gunicorn -c deploy/gunicorn.conf.py` from the repository root.
 
-One worker process with threads. Two reasons: the session lock that keeps concurrent writers to one session
-from losing an update lives in the process, and a Milvus Lite file admits one process. Scale with threads
-(ACN_THREADS) and a Milvus server behind ACN_MILVUS_URI; see docs/DEPLOYMENT.md.
+One worker process with threads. Two reasons: without ACN_REDIS_URL the session lock that keeps concurrent
+writers to one session from losing an update lives in the process, and a Milvus Lite file admits one process.
+Scale with threads (ACN_THREADS), a Milvus server behind ACN_MILVUS_URI, and replicas sharing ACN_REDIS_URL; see
+docs/DEPLOYMENT.md.
 """
 
 import os

@@ -1,4 +1,5 @@
-"""Memory administration: list a namespace with paging, get one memory, delete one or a namespace."""
+"""Memory administration: list a namespace with paging, get one memory, import exported rows, delete one or a
+namespace."""
 
 from __future__ import annotations
 
@@ -7,22 +8,29 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.errors import NotFoundError
+from common.errors import IdTakenError, NotFoundError, ValidationError
 from common.models import (
     IDENTIFIER_PATTERN,
+    INT64_MAX,
+    KEY_PATTERN,
+    MAX_VERSION,
     Identifier,
     Memory,
     MemoryKind,
     NodeResponse,
+    SafeJsonObject,
     Scope,
     StrictModel,
+    TurnNumber,
     parse_json_string,
 )
+from memory.items import MAX_CONTENT_CHARS
 from services.deps import Deps
 from storage.base import Filter
 from storage.memory_rows import kinds_filter, live_filter, namespace_filter
 
 PAGE_LIMIT = 1000
+IMPORT_LIMIT = 1000
 
 
 def _split_csv(value: object) -> object:
@@ -66,6 +74,47 @@ class NamespaceDeleteRequest(StrictModel):
 
 class DeleteResponse(NodeResponse):
     deleted: int
+
+
+Epoch = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+
+class ImportedMemory(Memory):
+    """An exported memory (`acn export`, GET /v1/memories) restored as it was: id, kind, versions, history.
+
+    The same fields as Memory, held to what may reach the store: ids and namespaces are identifiers (they
+    reach filters), keys carry no quote, numbers fit int64.
+    """
+
+    id: Identifier
+    # What memory_write and the turn archive write at most: within the store's VARCHAR bytes, sealed or not.
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    key: str | None = Field(default=None, max_length=128, pattern=KEY_PATTERN)
+    importance: float = Field(ge=0, le=10)
+    agent_id: Identifier
+    session_id: Identifier
+    user_id: Identifier | None = None
+    created_at: Epoch
+    updated_at: Epoch
+    version: int = Field(ge=1, le=MAX_VERSION)
+    valid_to: Epoch | None = None
+    superseded_by: Identifier | None = None
+    turn_range: list[TurnNumber] | None = Field(default=None, min_length=2, max_length=2)
+    source_ids: list[Identifier] | None = Field(default=None, max_length=10_000)
+    meta: SafeJsonObject = Field(default_factory=dict)
+    history: list[SafeJsonObject] | None = Field(default=None, max_length=10_000)
+
+
+class MemoryImportRequest(StrictModel):
+    """Rows to restore verbatim into the caller's tenant (an admin route: never an agent's tool)."""
+
+    memories: list[ImportedMemory] = Field(min_length=1, max_length=IMPORT_LIMIT)
+
+
+class MemoryImportResponse(NodeResponse):
+    created: int = Field(description="Rows that did not exist (by id) in this tenant.")
+    updated: int = Field(description="Rows that existed with different fields and were replaced.")
+    unchanged: int = Field(description="Rows already stored exactly so.")
 
 
 def list_memories(request: MemoryListRequest, deps: Deps) -> MemoryListResponse:
@@ -112,3 +161,27 @@ def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteRespo
     if not request.user_id:  # sessions belong to agent + session; a user-narrowed delete leaves them
         deps.sessions.delete(deps.tenant, request.agent_id, request.session_id)
     return DeleteResponse(deleted=count)
+
+
+def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportResponse:
+    """Write exported rows as they are (ids, kinds, versions, history, supersede links, timestamps, turn ranges).
+
+    memory_write would re-derive all of that (dedup, supersede, new ids and times, archived turns refused), so a
+    restore goes through here instead. Rows are matched by id within the caller's tenant only.
+    """
+    memories = deps.memories
+    rows = [Memory.model_validate(item.model_dump()) for item in request.memories]
+    ids = list(dict.fromkeys(row.id for row in rows))
+    if len(ids) != len(rows):
+        raise ValidationError("memories: the same id appears twice in one import")
+    # An upsert by id would replace another tenant's row with the same id: such rows are refused, whole import.
+    if memories.taken_elsewhere(deps.tenant, ids):
+        raise IdTakenError("memories: some ids are already used by rows this key cannot see; export them again "
+                            "from this tenant, or drop the id field to write the lines as new items")
+    existing = {m.id: m for m in memories.page(deps.tenant, Filter("id in {ids}", {"ids": ids}), limit=len(ids))}
+    created = [row for row in rows if row.id not in existing]
+    changed = [row for row in rows if row.id in existing and existing[row.id] != row]
+    if created or changed:
+        memories.save(deps.tenant, created + changed, new_ids={row.id for row in created})
+    return MemoryImportResponse(created=len(created), updated=len(changed),
+                                unchanged=len(rows) - len(created) - len(changed))

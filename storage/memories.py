@@ -278,6 +278,14 @@ class MemoryRepository:
         order = {memory_id: index for index, memory_id in enumerate(ids)}
         return sorted((from_record(r) for r in rows), key=lambda m: order[m.id])
 
+    def taken_elsewhere(self, tenant: str, ids: list[str]) -> list[str]:
+        """Return those of ids that another tenant's rows hold (the primary key is the id alone, in every tenant)."""
+        if not ids:
+            return []
+        rows = self.store.query(self.spec.name, Filter("tenant != {t} and id in {ids}", {"t": tenant, "ids": ids}),
+                                fields=["id"], limit=len(ids))
+        return sorted(str(row["id"]) for row in rows)
+
     def count(self, tenant: str, where: Filter) -> int:
         """Return how many memories match a filter (up to the store's window)."""
         return len(self.store.query(self.spec.name, tenant_filter(tenant).and_(where), fields=["id"], limit=16384))

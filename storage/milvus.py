@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
@@ -31,6 +32,23 @@ MAX_VARCHAR = 65535
 MAX_WINDOW = 16384
 # A Lite file is flushed once writes pause this long (a chat's turns are seconds apart).
 QUIET_SECONDS = 0.2
+# gRPC keepalive that every store accepts. pymilvus pings every 10 s even with no call in flight; a Milvus server
+# (Go: keepalive.EnforcementPolicy{MinTime: 5s, PermitWithoutStream: true}) allows that, but Milvus Lite's server
+# (grpcio with its defaults: no pings without calls, at most one per 5 min, 2 strikes) answers the third idle ping
+# with GOAWAY too_many_pings: after ~30-45 s of quiet, the next call met a dying connection. Ping only while a
+# call is in flight, and no more often than the strictest server allows; an idle connection is re-established by
+# the next call (grpc.enable_retries stays on).
+GRPC_OPTIONS: dict[str, Any] = {
+    "grpc.keepalive_time_ms": 300_000,
+    "grpc.keepalive_timeout_ms": 20_000,
+    "grpc.keepalive_permit_without_calls": 0,
+    "grpc.http2.max_pings_without_data": 2,
+}
+# How long one connection attempt waits for a server's channel to be ready (pymilvus's own default is 10 s).
+CONNECT_TIMEOUT = 10.0
+# Back-off between attempts to reach a Milvus server that is not up yet (Settings.store_wait_seconds bounds it).
+RETRY_FIRST_DELAY = 0.5
+RETRY_MAX_DELAY = 8.0
 _DTYPES = {"varchar": DataType.VARCHAR, "int64": DataType.INT64, "float": DataType.FLOAT, "json": DataType.JSON}
 T = TypeVar("T")
 
@@ -79,13 +97,16 @@ class MilvusStore(MemoryStore):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def open(self) -> MilvusStore:
+    def open(self, connect_timeout: float = CONNECT_TIMEOUT) -> MilvusStore:
         """Connect (or open the Lite file), probe capabilities and start the periodic flusher."""
-        if not self.is_server:
-            os.makedirs(os.path.dirname(os.path.abspath(self.uri)) or ".", exist_ok=True)
         skip_client_varchar_check()
         try:
-            kwargs: dict[str, Any] = {"uri": self.uri}
+            if not self.is_server:
+                os.makedirs(os.path.dirname(os.path.abspath(self.uri)) or ".", exist_ok=True)
+            # A channel of its own (not pymilvus's per-address shared one), closed with this store: a shared
+            # channel outlives its clients, idles, and is what the next store on that address would inherit.
+            kwargs: dict[str, Any] = {"uri": self.uri, "dedicated": True, "grpc_options": GRPC_OPTIONS,
+                                      "timeout": connect_timeout}
             if self._token:
                 kwargs["token"] = self._token
             if self._db_name:
@@ -115,7 +136,8 @@ class MilvusStore(MemoryStore):
                     _release_lite(self.uri)
 
     def info(self) -> dict[str, Any]:
-        version = self._call(lambda c: c.get_server_version())
+        # The C++ Lite (milvus-lite < 3) does not implement GetVersion: an embedded store reports its package.
+        version = self._call(lambda c: c.get_server_version()) if self.is_server else _lite_version()
         location = self.uri.split("@")[-1] if self.is_server else os.path.abspath(self.uri)
         return {"kind": "milvus-server" if self.is_server else "milvus-lite", "version": str(version),
                 "uri": location, "filter_templates": self._templates}
@@ -125,6 +147,10 @@ class MilvusStore(MemoryStore):
     def ensure(self, spec: CollectionSpec) -> None:
         with self._write_lock:
             client = self._require()
+            if spec.partition_key and not self.is_server and _lite_version().startswith(("2.", "1.")):
+                # The C++ Lite accepts a partition-key schema but then rejects every filter on the collection
+                # ("Invalid expr", primary_key_offset == -1): the key only spreads rows, so go without it.
+                spec = replace(spec, partition_key=None)
             try:
                 if not client.has_collection(spec.name):
                     schema, index = _build_schema(client, spec)
@@ -140,7 +166,9 @@ class MilvusStore(MemoryStore):
             except MilvusException as error:
                 raise StoreUnavailableError(f"cannot prepare collection {spec.name}: {error.message}") from error
             self._collections.add(spec.name)
-            if not self._templates:
+            # Embedded Lite (3.x and the C++ 2.x) never evaluates templates; probing the C++ one costs ~20 s of
+            # pymilvus retries on its parse error.
+            if not self._templates and self.is_server:
                 self._templates = self._probe_templates(spec.name)
 
     def exists(self, collection: str) -> bool:
@@ -395,6 +423,13 @@ def _build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]
     return schema, index
 
 
+def _lite_version() -> str:
+    """Return the installed milvus-lite version (the embedded engine)."""
+    from importlib.metadata import version
+
+    return version("milvus-lite")
+
+
 def _release_lite(path: str) -> None:
     """Stop the embedded Lite server of a file: closes its database and lock, not only our connection."""
     from milvus_lite.server_manager import server_manager_instance
@@ -436,3 +471,34 @@ def wait_until_ready(store: MilvusStore, attempts: int = 30, delay: float = 0.2)
         except StoreUnavailableError:
             time.sleep(delay)
     store.info()
+
+
+def open_store(make: Callable[[], MilvusStore], wait_seconds: float,
+               sleep: Callable[[float], None] = time.sleep) -> MilvusStore:
+    """Open a store; a Milvus server that does not answer yet is retried with back-off for up to wait_seconds.
+
+    In a compose file the server container may start before Milvus is ready: waiting (and saying so in the log)
+    beats exiting at once and restart-looping. A Lite file is opened once: nothing will make it appear later.
+    """
+    deadline = time.monotonic() + wait_seconds
+    delay = RETRY_FIRST_DELAY
+    attempt = 1
+    while True:
+        store = make()
+        remaining = deadline - time.monotonic()
+        try:
+            return store.open(connect_timeout=max(1.0, min(CONNECT_TIMEOUT, remaining)))
+        except StoreUnavailableError as error:
+            remaining = deadline - time.monotonic()
+            if not store.is_server or remaining <= 0:
+                if store.is_server and wait_seconds > 0:
+                    log.error("store still unavailable; giving up",
+                              extra={"attempt": attempt, "waited_seconds": round(wait_seconds, 1)})
+                raise
+            pause = min(delay, remaining)
+            log.warning("store not ready; retrying",
+                        extra={"attempt": attempt, "retry_in_seconds": round(pause, 2), "error": error.message,
+                               "uri": store.uri.split("@")[-1]})
+            sleep(pause)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
+            attempt += 1

@@ -15,9 +15,10 @@ from typing import Any
 
 from pydantic import Field
 
-from common.errors import ConflictError, NotFoundError
+from common.errors import ConflictError, LeaseLostError, NotFoundError
 from common.models import Message, Namespace, Segment, StrictModel
 from storage.base import CollectionSpec, Filter, MemoryStore
+from storage.coordination import Lease, RedisCoordinator
 from storage.crypto import SnapshotCipher
 from text.pii import redact_value
 
@@ -108,8 +109,11 @@ class SessionRepository:
     """Read, commit, list and roll back session versions; one writer per session at a time."""
 
     def __init__(self, store: MemoryStore, *, prefix: str, keep_versions: int = 100,
-                 cipher: SnapshotCipher | None = None, redact: bool = False) -> None:
+                 cipher: SnapshotCipher | None = None, redact: bool = False,
+                 coordinator: RedisCoordinator | None = None) -> None:
         self.store = store
+        # Several server processes on one Milvus: a Redis lease per session on top of the in-process lock.
+        self.coordinator = coordinator
         self.cipher = cipher or SnapshotCipher()
         self.redact = redact
         self.spec = session_spec(prefix)
@@ -141,7 +145,11 @@ class SessionRepository:
             entry.users += 1
         try:
             with entry.lock:
-                yield
+                if self.coordinator is None:
+                    yield
+                else:
+                    with self.coordinator.hold(key):
+                        yield
         finally:
             with self._locks_guard:
                 entry.users -= 1
@@ -154,8 +162,10 @@ class SessionRepository:
         with self._locks_guard:
             cached = self._heads.get(key)
         if cached is not None and self._exclusive:
+            self._note_read(tenant, namespace, cached.version)
             return cached
         version = self._stored_version(tenant, namespace)
+        self._note_read(tenant, namespace, version)
         if version == 0:
             return SessionState()
         if cached is not None and cached.version == version:
@@ -185,7 +195,11 @@ class SessionRepository:
     def commit(self, tenant: str, namespace: Namespace, state: SessionState, *, reason: str,
                expected_version: int | None = None) -> SessionState:
         """Write state as the next version; a stale expected_version is a 409. Call under locked()."""
-        current = self.head_version(tenant, namespace)
+        lease = self._lease(tenant, namespace)
+        if self.coordinator is not None and lease is None:
+            raise RuntimeError("a session commit outside locked() while a coordinator is configured")
+        current = self.head_version(tenant, namespace) if lease is None else self._fenced_head(lease, tenant,
+                                                                                               namespace)
         if expected_version is not None and expected_version != current:
             raise ConflictError(f"session is at version {current}, not {expected_version}: reload and retry")
         new = state.model_copy(update={"version": current + 1, "reason": reason,
@@ -197,8 +211,13 @@ class SessionRepository:
             # arguments becomes a masked string instead of breaking the JSON; serve what a later read returns.
             new = SessionState.model_validate(redact_value(new.model_dump(mode="json"))[0])
         text = new.model_dump_json()
-        self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text),
-                                           self._head_row(tenant, namespace, new)])
+        head_row = self._head_row(tenant, namespace, new)
+        if lease is not None:
+            # The last step before the write: still the holder, with the newest token (lease extended).
+            self.coordinator.check(lease)  # type: ignore[union-attr]
+            head_row["info"] = {"fence": lease.token}
+            lease.read_version = new.version
+        self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text), head_row])
         self._remember((tenant, namespace.agent_id, namespace.session_id), new)
         self._prune(tenant, namespace, new.version)
         return new
@@ -210,6 +229,29 @@ class SessionRepository:
         if cached is not None and self._exclusive:
             return cached.version
         return self._stored_version(tenant, namespace)
+
+    def _lease(self, tenant: str, namespace: Namespace) -> Lease | None:
+        if self.coordinator is None:
+            return None
+        return self.coordinator.current(_session_key(tenant, namespace))
+
+    def _note_read(self, tenant: str, namespace: Namespace, version: int) -> None:
+        """Remember the head version read under a lease: the commit refuses if it is no longer the head."""
+        lease = self._lease(tenant, namespace)
+        if lease is not None and lease.read_version is None:
+            lease.read_version = version
+
+    def _fenced_head(self, lease: Lease, tenant: str, namespace: Namespace) -> int:
+        """Return the stored head version, refusing when a newer lease holder wrote since this one read."""
+        rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version", "info"],
+                                limit=1)
+        version = int(rows[0]["version"]) if rows else 0
+        fence = int((rows[0]["info"] or {}).get("fence", 0)) if rows else 0
+        if fence > lease.token or (lease.read_version is not None and version != lease.read_version):
+            lease.lost = True
+            raise LeaseLostError(f"session moved to version {version} under a newer lease while this request "
+                                 "held an expired one: nothing was written; reload and retry")
+        return version
 
     def _stored_version(self, tenant: str, namespace: Namespace) -> int:
         rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version"], limit=1)

@@ -16,6 +16,8 @@ TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 TEXT_FIELDS = {"assemble": "prompt", "memory_retrieve": "text", "compact": "working_summary"}
 # Message lists also come as one JSON string, ready for the next tool's `messages` parameter.
 JSON_TWINS = ("messages", "recent_messages")
+# A Dify tool node's built-in outputs: not sent as variables (memory_retrieve's `text` is the text message).
+RESERVED_OUTPUTS = frozenset({"text", "files", "json"})
 
 
 class NodeCallError(Exception):
@@ -27,7 +29,7 @@ def invoke_node(tool: Tool, node: str, parameters: Mapping[str, Any]) -> Generat
     result = call_node(tool.runtime.credentials, node, request_body(parameters))
     yield tool.create_json_message(result)
     for name, value in result.items():
-        if name == "ok":
+        if name == "ok" or name in RESERVED_OUTPUTS:
             continue
         yield tool.create_variable_message(name, "" if value is None else value)
         if name in JSON_TWINS:

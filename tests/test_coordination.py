@@ -1,0 +1,125 @@
+"""The Redis session lease: one holder at a time, fencing tokens that only grow, a stalled holder refused."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from common.errors import CoordinationUnavailableError, LeaseLostError, SessionBusyError
+from common.settings import Settings
+from storage.coordination import RedisCoordinator, open_coordinator
+from tests.redis_support import RedisServer, redis_server
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with redis_server() as server:
+        yield server
+
+
+_opened: list[RedisCoordinator] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_coordinators() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()  # stops its renewer thread and closes its connections
+
+
+def coordinator(url: str, **kwargs: float) -> RedisCoordinator:
+    opened = RedisCoordinator(url, prefix="test", **{"lease_ms": 5000, "wait_seconds": 5.0, **kwargs})
+    _opened.append(opened)
+    return opened
+
+
+def test_one_holder_at_a_time_and_tokens_grow(redis: RedisServer) -> None:
+    first, second = coordinator(redis.url), coordinator(redis.url)
+    inside: list[str] = []
+    tokens: list[int] = []
+
+    def work(owner: RedisCoordinator, name: str) -> None:
+        for _ in range(20):
+            with owner.hold("s-serial") as lease:
+                inside.append(name)
+                assert len(inside) == 1  # nobody else in the critical section
+                tokens.append(lease.token)
+                owner.check(lease)
+                inside.pop()
+
+    threads = [threading.Thread(target=work, args=(owner, str(i))) for i, owner in enumerate((first, second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(tokens) == 40 and tokens == sorted(tokens) and len(set(tokens)) == 40
+
+
+def test_a_holder_past_its_lease_is_refused_at_commit(redis: RedisServer) -> None:
+    slow, fast = coordinator(redis.url, lease_ms=300), coordinator(redis.url)
+    with slow.hold("s-stall") as stale:
+        slow._stop.set()  # the renewer of a stopped process does not run (SIGSTOP)
+        time.sleep(0.6)
+        with fast.hold("s-stall") as fresh:
+            assert fresh.token > stale.token
+            fast.check(fresh)
+        with pytest.raises(LeaseLostError) as refused:
+            slow.check(stale)
+        assert refused.value.code == "lease_lost" and refused.value.status == 409
+
+
+def test_the_lease_is_renewed_while_held(redis: RedisServer) -> None:
+    owner, other = coordinator(redis.url, lease_ms=300), coordinator(redis.url, wait_seconds=0.2)
+    with owner.hold("s-renew") as lease:
+        time.sleep(1.0)  # three leases long: the renewer kept it
+        with pytest.raises(SessionBusyError):
+            with other.hold("s-renew"):
+                pass
+        owner.check(lease)
+
+
+def test_reentrant_within_a_thread(redis: RedisServer) -> None:
+    owner = coordinator(redis.url, wait_seconds=0.2)
+    with owner.hold("s-nest") as outer, owner.hold("s-nest") as inner:
+        assert outer is inner
+    with owner.hold("s-nest"):  # released once the outer block ended
+        pass
+
+
+def test_redis_down_is_503_and_recovers_without_a_new_client(tmp_path_factory: pytest.TempPathFactory) -> None:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    try:
+        owner = coordinator(server.url)
+        with owner.hold("s-down"):
+            pass
+        server.stop()
+        with pytest.raises(CoordinationUnavailableError) as down:
+            with owner.hold("s-down"):
+                pass
+        assert down.value.status == 503 and down.value.code == "coordination_unavailable"
+        server.start()  # same port, empty: the fencing counter restarts from Redis's clock
+        with owner.hold("s-down") as lease:
+            owner.check(lease)
+    finally:
+        server.stop()
+
+
+def test_without_redis_a_server_uri_start_says_it_must_be_the_only_writer(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="acn.coordination"):
+        assert open_coordinator(Settings(milvus_uri="http://127.0.0.1:19530")) is None
+    assert any("must be the only one writing" in record.getMessage() for record in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="acn.coordination"):
+        assert open_coordinator(Settings(milvus_uri="./data/memory.db")) is None  # Lite: one process per file
+    assert caplog.records == []
+
+
+def test_with_redis_the_settings_reach_the_coordinator(redis: RedisServer) -> None:
+    opened = open_coordinator(Settings(milvus_uri="http://127.0.0.1:19530", redis_url=redis.url,
+                                       redis_lease_ms=1234, redis_lock_wait_seconds=2.5))
+    assert opened is not None and (opened.lease_ms, opened.wait_seconds) == (1234, 2.5) and opened.ping()
+    opened.close()
