@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from array import array
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from common.models import (
     Namespace,
 )
 from memory.items import MemoryItem
+from storage.base import Filter
 from storage.memories import MemoryRepository
 from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.read_cache import Stamp
@@ -36,6 +38,8 @@ class Known:
 
 
 KNOWN_FIELDS = ["id", "content", "scope", "kind", "key", "version"]
+# How long a row may take from its stamp (now_ms) to landing in the store, for pools other processes write to.
+WRITE_LAG_MS = 5_000
 
 
 def known(memory: Memory | dict[str, Any]) -> Known:
@@ -82,6 +86,8 @@ class DedupIndex:
         return [m for m in self.slots if m is not None]
 
     def add(self, memory: Known) -> None:
+        if self.get(memory.id) == memory:  # read again unchanged (a shared pool's update): nothing to do
+            return
         self.remove(memory.id)
         grams = shingles(memory.content)
         slot = len(self.slots)
@@ -164,6 +170,8 @@ class Pool:
         self.pending: dict[str, Memory] = {}
         self.stored: dict[str, Memory] = {}  # full rows read for an update or a supersede
         self.new_ids: set[str] = set()
+        self.watermark: int | None = None  # load_shared: rows stamped since then are read again
+        self.verify = False  # load_shared: memories answered with are confirmed in the store first
         for memory in loaded or []:
             self.index.add(memory)
 
@@ -179,6 +187,8 @@ class Pool:
         live = scope_filter(namespace, scopes).and_(live_filter(False))
         if not items:
             return cls(memories, tenant, [], namespace)
+        if "turn" not in kinds and memories.cache is None:
+            return cls.load_shared(memories, tenant, namespace, scope_filter(namespace, scopes))
         if "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
             key = ("dedup pool", tenant, namespace.agent_id, live.cache_key())
             parked = memories.unpark(tenant, namespace.agent_id, key)
@@ -189,6 +199,35 @@ class Pool:
             return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
         rows = memories.query_all(tenant, live.and_(kinds_filter(kinds, exclude_turns=False)), KNOWN_FIELDS)
         return cls(memories, tenant, [known(row) for row in rows], namespace)
+
+    @classmethod
+    def load_shared(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, scopes: Filter) -> Pool:
+        """Return the pool of a store other processes write too (a server): this process's last pool of the
+        namespace brought up to date, else a new one.
+
+        Brought up to date: the rows of the namespace stamped since the pool's watermark (the wall clock when it
+        was last read, less WRITE_LAG_MS for a row stamped before that and landing after) are read again: new and
+        changed rows go in, closed ones out. A row deleted by another process cannot be seen that way, so every
+        memory the pool answers with is confirmed in the store first (`verified`); one that is gone leaves it.
+        """
+        key = ("shared dedup pool", tenant, namespace.agent_id, scopes.cache_key())
+        read_at = int(time.time() * 1000)
+        cached = memories.take_shared(key)
+        everything = scopes.and_(kinds_filter(None, exclude_turns=True))
+        if isinstance(cached, Pool) and cached.watermark is not None:
+            since = Filter("updated_at >= {pool_since}", {"pool_since": cached.watermark})
+            for row in memories.query_all(tenant, everything.and_(since), [*KNOWN_FIELDS, "valid_to"]):
+                if row["valid_to"]:
+                    cached.index.remove(row["id"])
+                else:
+                    cached.index.add(known(row))
+            pool = cached
+        else:
+            rows = memories.query_all(tenant, everything.and_(live_filter(False)), KNOWN_FIELDS)
+            pool = cls(memories, tenant, [known(row) for row in rows], namespace, key)
+        pool.watermark = read_at - WRITE_LAG_MS
+        pool.verify = True
+        return pool
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -204,11 +243,27 @@ class Pool:
 
     def same_key(self, item: MemoryItem) -> list[Memory]:
         """Return the live memories of this item's scope and kind with the same key."""
-        return [self.full(m.id) for m in self.index.same_key(item.scope, item.kind, item.key or "")]
+        found = self.index.same_key(item.scope, item.kind, item.key or "")
+        return [self.full(m.id) for m in found if self.verified(m.id)]
 
     def nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
         """Return the most similar live memory of this item's scope and kind if its similarity reaches floor."""
-        return self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+        while True:
+            found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            if found is None or self.verified(found[1].id):
+                return found
+
+    def verified(self, memory_id: str) -> bool:
+        """Return True unless the pool may be stale (load_shared) and the memory is no longer live in the store
+        (then it leaves the pool)."""
+        if not self.verify or memory_id in self.pending or memory_id in self.stored:
+            return True
+        memory = self.memories.get(self.tenant, memory_id)
+        if memory is None or memory.valid_to:
+            self.index.remove(memory_id)
+            return False
+        self.stored[memory_id] = memory
+        return True
 
     def add(self, *created: Memory) -> None:
         """Record memories created by this batch (inserted, not upserted)."""
@@ -240,6 +295,10 @@ class Pool:
 
     def park(self) -> None:
         """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
+        if self.watermark is not None and not self.pending:
+            self.stored.clear()
+            self.memories.keep_shared(self.key, self)
+            return
         if self.stamp is not None and self.namespace is not None and not self.pending:
             self.stored.clear()
             self.memories.park(self.tenant, self.namespace.agent_id, self.key, self, self.stamp)

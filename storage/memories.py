@@ -36,6 +36,7 @@ from storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 T = TypeVar("T")
 CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
 RANGE_CUTS = 8  # ranges a full query window is cut into (MemoryRepository.query_all)
+SHARED_KEPT = 64  # dedup pools kept against a server (MemoryRepository.keep_shared)
 log = logging.getLogger("acn.store")
 
 
@@ -58,6 +59,7 @@ class MemoryRepository:
         # forgotten session's next stamp reads the store again); per agent, the lock of its read-then-write
         # sequences, kept only while someone holds it. Neither grows with every session and agent ever seen.
         self._last_ms: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._shared_kept: OrderedDict[Hashable, Any] = OrderedDict()  # see take_shared
         self._namespace_locks: weakref.WeakValueDictionary[tuple[str, str], threading.RLock] = \
             weakref.WeakValueDictionary()
         # With a Lite file this process is the only writer: repeated reads are served from memory and kept
@@ -172,6 +174,8 @@ class MemoryRepository:
             self.cache.after_save(tenant, memories, records, fresh)
 
     def _forget_all(self) -> None:
+        with self._clock_lock:
+            self._shared_kept.clear()
         if self.cache is not None:
             self.cache.forget_all()
 
@@ -194,6 +198,20 @@ class MemoryRepository:
     def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
         """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
         return self.cache.unpark(tenant, agent_id, key) if self.cache is not None else None
+
+    def take_shared(self, key: Hashable) -> Any | None:
+        """Take back an object kept by keep_shared (against a server: other processes write too, so the caller
+        brings it up to date itself; see memory.pool.Pool.load_shared)."""
+        with self._clock_lock:
+            return self._shared_kept.pop(key, None)
+
+    def keep_shared(self, key: Hashable, value: Any) -> None:
+        """Keep an object for take_shared (the SHARED_KEPT most recent; a delete in this process drops them all)."""
+        with self._clock_lock:
+            self._shared_kept[key] = value
+            self._shared_kept.move_to_end(key)
+            while len(self._shared_kept) > SHARED_KEPT:
+                self._shared_kept.popitem(last=False)
 
     def view(self, key: Hashable, compute: Callable[[], T]) -> T:
         """Return compute(), remembered until a write that could change it (supersede, update, delete).

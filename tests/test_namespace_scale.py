@@ -191,3 +191,28 @@ def test_a_session_clock_continues_past_rows_stamped_ahead_of_the_wall_clock(tmp
         assert restarted.now_ms(DEFAULT_TENANT, other) < ahead
     finally:
         store.close()
+
+
+def test_a_dedup_pool_kept_against_a_server_sees_what_other_processes_wrote_and_deleted(lite_server: str) -> None:
+    # Two repositories on one Milvus server are two processes: each keeps its pool of the namespace between
+    # batches and must still see the other's new rows (read since its watermark) and deletes (confirmed on use).
+    first_store, second_store = MilvusStore(lite_server).open(), MilvusStore(lite_server).open()
+    try:
+        first = MemoryRepository(first_store, prefix="shared21", embedder=None)
+        second = MemoryRepository(second_store, prefix="shared21", embedder=None)
+        first.open()
+        second.open()
+        namespace = Namespace(agent_id="two-processes", session_id="s")
+        item = MemoryItem(kind="fact", content="仓库地址在张江路100号")
+        other = MemoryItem(kind="fact", content="发票抬头是星辰科技有限公司")
+        mine = write_items(first, DEFAULT_TENANT, namespace, [item], 0.9)[0]
+        assert len(first._shared_kept) == 1  # kept for the next batch
+        theirs = write_items(second, DEFAULT_TENANT, namespace, [other], 0.9)[0]
+        again = write_items(first, DEFAULT_TENANT, namespace, [other, item], 0.9)
+        assert [(r.action, r.id) for r in again] == [("duplicate", theirs.id), ("duplicate", mine.id)]
+        second.delete_ids(DEFAULT_TENANT, [mine.id])
+        after = write_items(first, DEFAULT_TENANT, namespace, [item], 0.9)[0]
+        assert after.action == "added" and after.id != mine.id
+    finally:
+        first_store.close()
+        second_store.close()
