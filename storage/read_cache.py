@@ -20,6 +20,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
+from common.errors import StoreUnavailableError
 from common.models import Memory, Namespace
 from storage.base import Filter, Record
 from storage.load_once import LoadOnce
@@ -354,6 +355,8 @@ class ReadCache:
                     key = self._warm_queue.popleft()
                 try:
                     self._load_index(key)
+                except StoreUnavailableError as error:  # closed or unreachable: the next read queues it again
+                    log.warning("loading a session index failed: %s", error.message)
                 except Exception:  # the store answers meanwhile; the next read queues the load again
                     log.exception("loading a session index failed")
                 finally:
