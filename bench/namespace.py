@@ -117,7 +117,8 @@ def rss_mb(pid: int) -> float:
 
 def agents_phase(folder: Path, agents: int, rng: random.Random) -> tuple[float, float]:
     """Return (RSS MB of a server on an empty store after one request, MB more after `agents` agents)."""
-    with server(folder / "agents" / "memory.db", folder / "ns" / "model-cache") as (base, process, _), closing(OverHttp(base)) as client:
+    cache = folder / "ns" / "model-cache"
+    with server(folder / "agents" / "memory.db", cache) as (base, process, _), closing(OverHttp(base)) as client:
         client.post("memory_retrieve", {"agent_id": "warm", "session_id": "s", "query": "订单现在到哪了？"})
         empty = rss_mb(process.pid)
         for agent in range(agents):
