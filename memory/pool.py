@@ -17,12 +17,12 @@ from common.models import (
     MemoryKind,
     Namespace,
 )
-from memory.items import MemoryItem
+from memory.items import SUPERSEDING_KINDS, MemoryItem
 from storage.base import Filter
 from storage.memories import MemoryRepository
 from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.read_cache import Stamp
-from text.similarity import shingles
+from text.similarity import normalise, shingles
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +228,22 @@ class Pool:
         pool.watermark = read_at - WRITE_LAG_MS
         pool.verify = True
         return pool
+
+    def prefetch(self, items: list[MemoryItem], floor: float) -> None:
+        """Read in one query the full rows the batch will probably change (near-duplicates to update, keys to
+        supersede), as they stand before the batch: `full` then finds them here instead of one query each."""
+        wanted: set[str] = set()
+        for item in items:
+            if item.key and item.kind in SUPERSEDING_KINDS:
+                wanted.update(m.id for m in self.index.same_key(item.scope, item.kind, item.key))
+            found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            # A shared pool confirms even an exact duplicate in the store (see verified): read those too.
+            if found is not None and (self.verify or normalise(found[1].content) != normalise(item.content)):
+                wanted.add(found[1].id)
+        wanted -= self.pending.keys() | self.stored.keys()
+        if len(wanted) > 1:  # one is read by `full` as cheaply
+            self.stored.update((m.id, m) for m in self.memories.get_many(self.tenant, sorted(wanted))
+                               if not m.valid_to)
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
