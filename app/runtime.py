@@ -85,6 +85,7 @@ class Runtime:
                 embed_later = False
             memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
                                         index_rows=settings.local_index_rows,
+                                        cache_bytes=settings.read_cache_mb << 20,
                                         sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None,
                                         embed_later=embed_later)
             memories.open()

@@ -227,6 +227,15 @@ class Settings(StrictModel):
             "least recently used sessions first out). 0 turns the in-process index off: the store answers."
         ),
     )
+    read_cache_mb: int = Field(
+        default=256, ge=1,
+        description=(
+            "With a Lite file, about how many MB the in-process session indexes and parked dedup indexes may hold in "
+            "all (estimated; least recently used first out). Bounds the memory the process holds however many "
+            "agents and memories it serves; a session or namespace larger than the budget is searched in the store "
+            "or indexed per batch."
+        ),
+    )
     recency_half_life_hours: float = Field(
         default=72.0, gt=0, description="Half-life of the recency decay used in memory ranking."
     )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import time
+from array import array
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from common.errors import ConflictError
 from common.models import (
@@ -14,19 +17,15 @@ from common.models import (
     MemoryKind,
     Namespace,
 )
-from memory.items import MemoryItem
+from memory.items import SUPERSEDING_KINDS, MemoryItem
 from storage.base import Filter
 from storage.memories import MemoryRepository
-from storage.memory_rows import kinds_filter, live_filter, scope_filter, tenant_filter
+from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.read_cache import Stamp
-from text.similarity import shingle_similarity, shingles
-
-DEDUPE_CANDIDATES = 5
-# A batch loads the namespace's live memories of its kinds once when there are at most this many.
-POOL_LIMIT = 2000
+from text.similarity import normalise, shingles
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Known:
     """What dedup needs of a stored memory; the full row is read only for the few that change."""
 
@@ -39,6 +38,8 @@ class Known:
 
 
 KNOWN_FIELDS = ["id", "content", "scope", "kind", "key", "version"]
+# How long a row may take from its stamp (now_ms) to landing in the store, for pools other processes write to.
+WRITE_LAG_MS = 5_000
 
 
 def known(memory: Memory | dict[str, Any]) -> Known:
@@ -49,54 +50,200 @@ def known(memory: Memory | dict[str, Any]) -> Known:
                  int(memory["version"]))
 
 
-class Pool:
-    """The live memories a batch can collide with, loaded in one query; the batch's writes saved in one upsert.
+class DedupIndex:
+    """The live memories of a namespace by slot, with postings of character bigrams and a map of keys.
 
-    Near-duplicates are found through an inverted index of character bigrams, so a batch of n items against
-    m stored memories costs the postings it touches, not n × m comparisons. A namespace too large to load
-    (more than POOL_LIMIT rows of the batch's kinds) falls back to a BM25 search and a save per item.
+    Exact at any size: `nearest` returns what comparing the item with every live memory of its scope and kind
+    would (tests/test_memory_write_pool.py checks it against that definition). The postings of the item's bigrams
+    are counted at once (numpy): a slot's count is its overlap with the item, so its Dice follows from the two
+    sizes with no set compared. Postings are arrays of int32 slots (4 bytes an entry: a 100k-memory namespace's
+    index is tens of MB, not the hundreds a set of ids per bigram takes); a changed memory gets a new slot and its
+    old one is marked dead (updates are rare next to adds; a reload starts clean).
+    """
+
+    def __init__(self) -> None:
+        self.slots: list[Known | None] = []
+        self.slot_of: dict[str, int] = {}
+        self.sizes = array("i")  # bigrams per slot
+        self.alive = bytearray()  # 1 per live slot
+        self.groups: dict[tuple[str, str], dict[str, array[int]]] = {}  # (scope, kind) -> bigram -> slots
+        self.keyed: dict[tuple[str, str, str], set[str]] = {}
+        self.chars = 0  # content characters held, for the byte estimate
+        self.entries = 0  # posting entries
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def nbytes(self) -> int:
+        """Return an estimate of the memory the index holds (the read cache's byte budget counts it)."""
+        return 200 * len(self.slots) + 2 * self.chars + 4 * self.entries + 150 * sum(map(len, self.groups.values()))
+
+    def get(self, memory_id: str) -> Known | None:
+        slot = self.slot_of.get(memory_id)
+        return None if slot is None else self.slots[slot]
+
+    def live(self) -> list[Known]:
+        return [m for m in self.slots if m is not None]
+
+    def add(self, memory: Known) -> None:
+        if self.get(memory.id) == memory:  # read again unchanged (a shared pool's update): nothing to do
+            return
+        self.remove(memory.id)
+        grams = shingles(memory.content)
+        slot = len(self.slots)
+        self.slots.append(memory)
+        self.slot_of[memory.id] = slot
+        self.sizes.append(len(grams))
+        self.alive.append(1)
+        self.chars += len(memory.content)
+        self.entries += len(grams)
+        postings = self.groups.get((memory.scope, memory.kind))
+        if postings is None:
+            postings = self.groups[(memory.scope, memory.kind)] = {}
+        for gram in grams:
+            posting = postings.get(gram)
+            if posting is None:
+                postings[gram] = posting = array("i")
+            posting.append(slot)
+        if memory.key:
+            self.keyed.setdefault((memory.scope, memory.kind, memory.key), set()).add(memory.id)
+
+    def remove(self, memory_id: str) -> None:
+        slot = self.slot_of.pop(memory_id, None)
+        if slot is None:
+            return
+        old = self.slots[slot]
+        self.slots[slot] = None
+        self.alive[slot] = 0
+        if old is not None:
+            self.chars -= len(old.content)
+            if old.key:
+                ids = self.keyed.get((old.scope, old.kind, old.key))
+                if ids is not None:
+                    ids.discard(memory_id)
+                    if not ids:
+                        del self.keyed[(old.scope, old.kind, old.key)]
+
+    def same_key(self, scope: str, kind: str, key: str) -> list[Known]:
+        return [m for i in sorted(self.keyed.get((scope, kind, key), ())) if (m := self.get(i)) is not None]
+
+    def nearest(self, scope: str, kind: str, target: frozenset[str], floor: float) -> tuple[float, Known] | None:
+        """Return the most similar live memory of the scope and kind (Dice of bigrams) if it reaches floor; ties go
+        to one fixed memory, the greatest id."""
+        postings = self.groups.get((scope, kind))
+        if not target or postings is None:
+            return None
+        found = [p for p in map(postings.get, target) if p is not None]
+        # Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A| bigrams.
+        needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
+        if len(found) < needed:
+            return None
+        tally = np.bincount(np.frombuffer(b"".join(found), dtype=np.int32))  # join: one copy, no array per posting
+        slots = np.flatnonzero(tally >= needed)
+        if not len(slots):
+            return None
+        overlap = tally[slots]
+        sizes = np.frombuffer(self.sizes, dtype=np.int32)[slots]
+        alive = np.frombuffer(self.alive, dtype=np.uint8)[slots]
+        scores = np.where(alive == 1, 2.0 * overlap / (len(target) + sizes), 0.0)
+        top = float(scores.max())
+        if top < floor or top <= 0:
+            return None
+        best = max((memory for slot in slots[scores == top].tolist()
+                    if (memory := self.slots[slot]) is not None), key=lambda memory: memory.id)
+        return top, best
+
+
+class Pool:
+    """The live memories a batch can collide with, indexed once (DedupIndex); the batch's writes saved in one upsert.
+
+    With a Lite file the index outlives the batch: parked after a save, it serves the next batch of the same
+    namespace and scopes unless another write to the agent (or to the shared scope) happened in between, so a
+    namespace is read once per process, not once per batch, at any size.
     """
 
     def __init__(self, memories: MemoryRepository, tenant: str, loaded: list[Known] | None,
                  namespace: Namespace | None = None, key: Hashable = None, stamp: Stamp | None = None) -> None:
         self.memories, self.tenant = memories, tenant
-        self.exhaustive = loaded is not None
-        # With a Lite file an index of every kind outlives the batch: parked after a save, it serves the next
-        # batch of the same namespace and scopes unless another write to the agent (or to the shared scope)
-        # happened in between.
         self.namespace, self.key, self.stamp = namespace, key, stamp
-        self.live: dict[str, Known] = {}
-        self.grams: dict[str, frozenset[str]] = {}
-        self.postings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        self.index = DedupIndex()
         self.pending: dict[str, Memory] = {}
-        self.stored: dict[str, Memory] = {}  # full rows as stored, when the pool loaded them
+        self.stored: dict[str, Memory] = {}  # full rows read for an update or a supersede
         self.new_ids: set[str] = set()
+        self.watermark: int | None = None  # load_shared: rows stamped since then are read again
+        self.verify = False  # load_shared: memories answered with are confirmed in the store first
         for memory in loaded or []:
-            self._index(memory)
+            self.index.add(memory)
+
+    @property
+    def live(self) -> dict[str, Known]:
+        """The live memories by id (for tests and diagnostics)."""
+        return {m.id: m for m in self.index.live()}
 
     @classmethod
     def load(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem]) -> Pool:
         scopes = sorted({item.scope for item in items})
         kinds = sorted({item.kind for item in items})
         live = scope_filter(namespace, scopes).and_(live_filter(False))
-        if items and "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
+        if not items:
+            return cls(memories, tenant, [], namespace)
+        if "turn" not in kinds and memories.cache is None:
+            return cls.load_shared(memories, tenant, namespace, scope_filter(namespace, scopes))
+        if "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
             key = ("dedup pool", tenant, namespace.agent_id, live.cache_key())
             parked = memories.unpark(tenant, namespace.agent_id, key)
             if isinstance(parked, Pool):
                 return parked
             stamp = memories.stamp(tenant, namespace.agent_id)
-            # Whole rows: a supersede or an update needs the full memory, and a lookup by id scans a large
-            # Lite collection (~150 ms at 100k rows).
-            found = memories.find(tenant, live.and_(kinds_filter(None, exclude_turns=True)), limit=POOL_LIMIT + 1,
-                                  within=namespace)
-            if len(found) <= POOL_LIMIT:
-                pool = cls(memories, tenant, [known(m) for m in found], namespace, key, stamp)
-                pool.stored = {m.id: m for m in found}
-                return pool
-        where = live.and_(kinds_filter(kinds, exclude_turns=False))
-        rows = memories.store.query(memories.spec.name, tenant_filter(tenant).and_(where), fields=KNOWN_FIELDS,
-                                    limit=POOL_LIMIT + 1) if items else []
-        return cls(memories, tenant, [known(row) for row in rows] if len(rows) <= POOL_LIMIT else None, namespace)
+            rows = memories.query_all(tenant, live.and_(kinds_filter(None, exclude_turns=True)), KNOWN_FIELDS)
+            return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
+        rows = memories.query_all(tenant, live.and_(kinds_filter(kinds, exclude_turns=False)), KNOWN_FIELDS)
+        return cls(memories, tenant, [known(row) for row in rows], namespace)
+
+    @classmethod
+    def load_shared(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, scopes: Filter) -> Pool:
+        """Return the pool of a store other processes write too (a server): this process's last pool of the
+        namespace brought up to date, else a new one.
+
+        Brought up to date: the rows of the namespace stamped since the pool's watermark (the wall clock when it
+        was last read, less WRITE_LAG_MS for a row stamped before that and landing after) are read again: new and
+        changed rows go in, closed ones out. A row deleted by another process cannot be seen that way, so every
+        memory the pool answers with is confirmed in the store first (`verified`); one that is gone leaves it.
+        """
+        key = ("shared dedup pool", tenant, namespace.agent_id, scopes.cache_key())
+        read_at = int(time.time() * 1000)
+        cached = memories.take_shared(key)
+        everything = scopes.and_(kinds_filter(None, exclude_turns=True))
+        if isinstance(cached, Pool) and cached.watermark is not None:
+            since = Filter("updated_at >= {pool_since}", {"pool_since": cached.watermark})
+            for row in memories.query_all(tenant, everything.and_(since), [*KNOWN_FIELDS, "valid_to"]):
+                if row["valid_to"]:
+                    cached.index.remove(row["id"])
+                else:
+                    cached.index.add(known(row))
+            pool = cached
+        else:
+            rows = memories.query_all(tenant, everything.and_(live_filter(False)), KNOWN_FIELDS)
+            pool = cls(memories, tenant, [known(row) for row in rows], namespace, key)
+        pool.watermark = read_at - WRITE_LAG_MS
+        pool.verify = True
+        return pool
+
+    def prefetch(self, items: list[MemoryItem], floor: float) -> None:
+        """Read in one query the full rows the batch will probably change (near-duplicates to update, keys to
+        supersede), as they stand before the batch: `full` then finds them here instead of one query each."""
+        wanted: set[str] = set()
+        for item in items:
+            if item.key and item.kind in SUPERSEDING_KINDS:
+                wanted.update(m.id for m in self.index.same_key(item.scope, item.kind, item.key))
+            found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            # A shared pool confirms even an exact duplicate in the store (see verified): read those too.
+            if found is not None and (self.verify or normalise(found[1].content) != normalise(item.content)):
+                wanted.add(found[1].id)
+        wanted -= self.pending.keys() | self.stored.keys()
+        if len(wanted) > 1:  # one is read by `full` as cheaply
+            self.stored.update((m.id, m) for m in self.memories.get_many(self.tenant, sorted(wanted))
+                               if not m.valid_to)
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -107,38 +254,32 @@ class Pool:
         memory = self.memories.get(self.tenant, memory_id)
         if memory is None:
             raise ConflictError(f"memory {memory_id} vanished while writing; retry")
+        self.stored[memory_id] = memory
         return memory
 
     def same_key(self, item: MemoryItem) -> list[Memory]:
         """Return the live memories of this item's scope and kind with the same key."""
-        if not self.exhaustive:
-            return [m for m in self.memories.find(self.tenant, self._own(item), limit=100, within=self._namespace())
-                    if m.key == item.key]
-        return [self.full(m.id) for m in self.live.values()
-                if m.scope == item.scope and m.kind == item.kind and m.key == item.key]
+        found = self.index.same_key(item.scope, item.kind, item.key or "")
+        return [self.full(m.id) for m in found if self.verified(m.id)]
 
     def nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
         """Return the most similar live memory of this item's scope and kind if its similarity reaches floor."""
-        target = shingles(item.content)
-        if not self.exhaustive:
-            found = [known(s.memory) for s in self.memories.search(self.tenant, item.content, self._own(item),
-                                                                    limit=DEDUPE_CANDIDATES,
-                                                                    within=self._namespace())]
-            scored = [(shingle_similarity(shingles(m.content), target), m) for m in found]
-            best_found = max(scored, key=lambda pair: pair[0], default=None)
-            return best_found if best_found is not None and best_found[0] >= floor else None
-        if not target:
-            return None
-        # Prefix filter: Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A|
-        # grams, so such a memory holds one of any |A| − overlap + 1 of them. Only the postings of the rarest
-        # are read (common bigrams have postings as long as the pool); each candidate is then scored exactly.
-        postings = sorted((self.postings.get((item.scope, item.kind, gram), ()) for gram in target), key=len)
-        needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
-        candidates: set[str] = set().union(*postings[: len(target) - needed + 1])
-        scored_ids = ((2 * len(target & self.grams[mid]) / (len(target) + len(self.grams[mid])), mid)
-                      for mid in candidates)
-        score, best = max(scored_ids, default=(0.0, ""))  # ties go to one fixed memory: the greatest id
-        return (score, self.live[best]) if best and score >= floor else None
+        while True:
+            found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            if found is None or self.verified(found[1].id):
+                return found
+
+    def verified(self, memory_id: str) -> bool:
+        """Return True unless the pool may be stale (load_shared) and the memory is no longer live in the store
+        (then it leaves the pool)."""
+        if not self.verify or memory_id in self.pending or memory_id in self.stored:
+            return True
+        memory = self.memories.get(self.tenant, memory_id)
+        if memory is None or memory.valid_to:
+            self.index.remove(memory_id)
+            return False
+        self.stored[memory_id] = memory
+        return True
 
     def add(self, *created: Memory) -> None:
         """Record memories created by this batch (inserted, not upserted)."""
@@ -149,19 +290,17 @@ class Pool:
         """Record new or changed memories (closed ones leave the live pool)."""
         for memory in changed:
             self.pending[memory.id] = memory
-            self._unindex(memory.id)
-            if not memory.valid_to:
-                self._index(known(memory))
-        if not self.exhaustive:
-            self.save()
+            self.stored.pop(memory.id, None)
+            if memory.valid_to:
+                self.index.remove(memory.id)
+            else:
+                self.index.add(known(memory))
 
     def save(self) -> None:
         """Write everything pending in one upsert."""
         if self.pending:
             written = list(self.pending.values())
             self.memories.save(self.tenant, written, new_ids=self.new_ids)
-            if self.stamp is not None:  # a parkable pool keeps what it wrote as the stored rows
-                self.stored.update(self.pending)
             self.pending, self.new_ids = {}, set()
             if self.stamp is not None and self.namespace is not None:
                 # This write is reflected here (the counters move as the repository moves them); any other
@@ -172,29 +311,14 @@ class Pool:
 
     def park(self) -> None:
         """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
-        if self.stamp is not None and self.namespace is not None and not self.pending \
-                and len(self.live) <= POOL_LIMIT:
+        if self.watermark is not None and not self.pending:
+            self.stored.clear()
+            self.memories.keep_shared(self.key, self)
+            return
+        if self.stamp is not None and self.namespace is not None and not self.pending:
+            self.stored.clear()
             self.memories.park(self.tenant, self.namespace.agent_id, self.key, self, self.stamp)
 
-    def _index(self, memory: Known) -> None:
-        grams = shingles(memory.content)
-        self.live[memory.id], self.grams[memory.id] = memory, grams
-        for gram in grams:
-            self.postings[(memory.scope, memory.kind, gram)].add(memory.id)
-
-    def _unindex(self, memory_id: str) -> None:
-        old = self.live.pop(memory_id, None)
-        if old is not None:
-            for gram in self.grams.pop(memory_id):
-                self.postings[(old.scope, old.kind, gram)].discard(memory_id)
-
-    def _namespace(self) -> Namespace:
-        if self.namespace is None:
-            raise RuntimeError("a pool that searches the store needs its namespace")
-        return self.namespace
-
-    def _own(self, item: MemoryItem) -> Filter:
-        """Return the filter of the live memories this item can collide with: its kind, in its scope of this
-        namespace (another agent's or session's memories never count as duplicates)."""
-        return (scope_filter(self._namespace(), [item.scope]).and_(live_filter(False))
-                .and_(kinds_filter([item.kind], exclude_turns=False)))
+    def nbytes(self) -> int:
+        """Return an estimate of the memory a parked pool holds."""
+        return self.index.nbytes()

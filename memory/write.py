@@ -28,6 +28,7 @@ def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, i
     # Dedup and supersede read before they write: one namespace's writes must not interleave.
     with memories.namespace_lock(tenant, namespace):
         pool = Pool.load(memories, tenant, namespace, items)
+        pool.prefetch(items, threshold)
         results = [write_item(pool, namespace, item, threshold) for item in items]
         pool.save()
         pool.park()

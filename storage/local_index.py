@@ -15,6 +15,7 @@ Filters are the store's own Filter objects, evaluated by storage.predicate, so b
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections import Counter
@@ -31,6 +32,9 @@ from text.terms import bm25_tokens
 
 K1 = 1.2
 B = 0.75
+# What one row costs in memory besides its text and vector, measured with tracemalloc on short memories: the
+# Memory, the row's scalar fields, its term counts and its posting entries.
+ROW_BYTES = 3900
 # Filters whose matching rows are kept as a bit mask (one per namespace and kind set a caller asks with).
 CACHED_MASKS = 32
 
@@ -56,6 +60,7 @@ class LocalIndex:
         # changes: a new message touches a few dozen terms, a search reads a handful.
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._total_length = 0
+        self._chars = 0  # characters of the texts held, for nbytes
         self._lengths = np.zeros(0, dtype=np.float64)
         # One id per distinct text, per slot: a distinct search keeps one copy of a text (see _distinct_top).
         self._text_ids = np.zeros(0, dtype=np.int64)
@@ -70,6 +75,11 @@ class LocalIndex:
 
     def __len__(self) -> int:
         return len(self._docs)
+
+    def nbytes(self) -> int:
+        """Return an estimate of the memory the index holds: ROW_BYTES a row (the memory, its scalar fields, its
+        terms and postings) plus its text, and its vector."""
+        return len(self._docs) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars
 
     def pending(self) -> int:
         """Return how many rows still wait for their text to be tokenized."""
@@ -109,7 +119,9 @@ class LocalIndex:
             self._docs.append(doc)
         else:
             self._unpost(slot)
+            self._chars -= len(self._docs[slot].memory.content)
             self._docs[slot] = doc
+        self._chars += len(memory.content)
         self._lengths = _room(self._lengths, slot)
         self._text_ids = _room(self._text_ids, slot)
         self._text_ids[slot] = self._text_id_of.setdefault(memory.content, len(self._text_id_of))
@@ -125,12 +137,13 @@ class LocalIndex:
             self._changes.clear()
             self._masks.clear()
 
-    def index_pending(self) -> None:
-        """Tokenize the rows written with tokenize=False (outside the lock: searches go on meanwhile)."""
+    def index_pending(self, at_most: int | None = None) -> int:
+        """Tokenize the rows written with tokenize=False (outside the lock: searches go on meanwhile); with
+        `at_most`, only that many. Return how many were tokenized."""
         with self._lock:
-            work = [(slot, self._docs[slot]) for slot in self._pending]
+            work = [(slot, self._docs[slot]) for slot in itertools.islice(self._pending, at_most)]
         if not work:
-            return
+            return 0
         done = [(slot, doc, Counter(bm25_tokens(doc.memory.content))) for slot, doc in work]
         with self._lock:
             for slot, doc, terms in done:
@@ -139,6 +152,7 @@ class LocalIndex:
                     self._docs[slot] = indexed
                     self._pending.discard(slot)
                     self._post(slot, indexed)
+        return len(done)
 
     def search_text(self, text: str, where: Filter, limit: int, *,
                     distinct: bool = False) -> list[tuple[Memory, float]]:

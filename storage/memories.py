@@ -6,6 +6,8 @@ import hashlib
 import logging
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -22,6 +24,7 @@ from storage.memory_rows import (
     Scored,
     from_record,
     group_filter,
+    id_range,
     live_filter,
     memory_spec,
     namespace_filter,
@@ -31,10 +34,13 @@ from storage.memory_rows import (
     tenant_filter,
     to_record,
 )
-from storage.read_cache import CACHED_INDEX_ROWS, ReadCache, Stamp
+from storage.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, ReadCache, Stamp
 from storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 
 T = TypeVar("T")
+CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
+RANGE_CUTS = 8  # ranges a full query window is cut into (MemoryRepository.query_all)
+SHARED_KEPT = 64  # dedup pools kept against a server (MemoryRepository.keep_shared)
 log = logging.getLogger("acn.store")
 
 
@@ -43,7 +49,7 @@ class MemoryRepository:
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
                  index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
-                 embed_later: bool = False) -> None:
+                 embed_later: bool = False, cache_bytes: int = CACHED_BYTES, warm_in_background: bool = True) -> None:
         self.embedder = embedder
         # embed_later: rows are written with pending_vector() and EMBEDDED 0, and on_pending hears of them (the
         # backlog worker embeds them); write_order keeps each save and each vector fill whole, in store order.
@@ -60,13 +66,19 @@ class MemoryRepository:
         self._raw_store = store
         self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
         self._clock_lock = threading.Lock()
-        self._last_ms: dict[tuple[str, str, str], int] = {}
-        self._namespace_locks: dict[tuple[str, str], threading.RLock] = {}
+        # Per session, the last stamp handed out (least recently used sessions forgotten past CLOCK_SESSIONS: a
+        # forgotten session's next stamp reads the store again); per agent, the lock of its read-then-write
+        # sequences, kept only while someone holds it. Neither grows with every session and agent ever seen.
+        self._last_ms: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._shared_kept: OrderedDict[Hashable, Any] = OrderedDict()  # see take_shared
+        self._namespace_locks: weakref.WeakValueDictionary[tuple[str, str], threading.RLock] = \
+            weakref.WeakValueDictionary()
         # With a Lite file this process is the only writer: repeated reads are served from memory and kept
         # current by the writes themselves (storage/read_cache.py). Against a server other processes write too:
         # no cache there.
         exclusive = not getattr(store, "is_server", True)
-        self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows) if exclusive else None
+        self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
+                               max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
 
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).
@@ -76,7 +88,10 @@ class MemoryRepository:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
         key = (tenant, namespace.agent_id)
         with self._clock_lock:
-            return self._namespace_locks.setdefault(key, threading.RLock())
+            lock = self._namespace_locks.get(key)
+            if lock is None:
+                lock = self._namespace_locks[key] = threading.RLock()
+            return lock
 
     def open(self) -> None:
         """Create and load the collection.
@@ -98,6 +113,16 @@ class MemoryRepository:
         if problem is not None:
             log.error("memories refused: %s", problem.message)
             self.store = RefusedStore(self.store, problem)
+            return
+        # A Lite file builds its search structures on the first search after it opens (3 s at 100k rows): one
+        # search now, off the request path, so that the first request does not pay for it.
+        threading.Thread(target=self._warm_store, name="acn-store-warm", daemon=True).start()
+
+    def _warm_store(self) -> None:
+        try:
+            self.store.search_text(self.spec.name, "warm", limit=1, where=tenant_filter("-"), fields=["id"])
+        except Exception as error:  # only a warm-up: the first request reports any real problem itself
+            log.debug("store warm-up search failed: %s", error)
 
     def digest(self, text: str) -> str:
         """Return a hex digest of text for ids derived from content: keyed when rows are encrypted at rest (a plain
@@ -118,16 +143,23 @@ class MemoryRepository:
             with self._clock_lock:
                 self._last_ms[key] = max(self._last_ms.get(key, 0), latest)
         with self._clock_lock:
-            now = max(int(time.time() * 1000), self._last_ms[key] + 1)
+            now = max(int(time.time() * 1000), self._last_ms.get(key, 0) + 1)
             self._last_ms[key] = now
+            self._last_ms.move_to_end(key)
+            while len(self._last_ms) > CLOCK_SESSIONS:
+                self._last_ms.popitem(last=False)
             return now
 
     def _latest_in_session(self, tenant: str, namespace: Namespace) -> int:
-        index = self._local_index(tenant, namespace)
-        if index is not None:  # a new session's first write loads the index its later reads need anyway
-            return max((m.updated_at for m in index.select(session_filter(tenant, namespace))), default=0)
-        rows = self.store.query(self.spec.name, session_filter(tenant, namespace),
-                                fields=["updated_at"], limit=16384)
+        """Return the latest stamp of the session's rows that is not behind the wall clock (0: none).
+
+        Only those can push the session's clock past the wall clock (a batch stamps items faster than one per ms;
+        a clock set back), so they are all that is read: a few rows, not the session (a whole-session read cost
+        a second at 10k rows).
+        """
+        wall = int(time.time() * 1000)
+        ahead = session_filter(tenant, namespace).and_(Filter("updated_at >= {clock_wall}", {"clock_wall": wall}))
+        rows = self.store.query(self.spec.name, ahead, fields=["updated_at"], limit=QUERY_WINDOW)
         return max((int(row["updated_at"]) for row in rows), default=0)
 
     # -- writes ----------------------------------------------------------------------------
@@ -184,6 +216,8 @@ class MemoryRepository:
             self.cache.vectors_filled(tenant, [from_record(r) for r in records], records)
 
     def _forget_all(self) -> None:
+        with self._clock_lock:
+            self._shared_kept.clear()
         if self.cache is not None:
             self.cache.forget_all()
 
@@ -206,6 +240,20 @@ class MemoryRepository:
     def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
         """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
         return self.cache.unpark(tenant, agent_id, key) if self.cache is not None else None
+
+    def take_shared(self, key: Hashable) -> Any | None:
+        """Take back an object kept by keep_shared (against a server: other processes write too, so the caller
+        brings it up to date itself; see memory.pool.Pool.load_shared)."""
+        with self._clock_lock:
+            return self._shared_kept.pop(key, None)
+
+    def keep_shared(self, key: Hashable, value: Any) -> None:
+        """Keep an object for take_shared (the SHARED_KEPT most recent; a delete in this process drops them all)."""
+        with self._clock_lock:
+            self._shared_kept[key] = value
+            self._shared_kept.move_to_end(key)
+            while len(self._shared_kept) > SHARED_KEPT:
+                self._shared_kept.popitem(last=False)
 
     def view(self, key: Hashable, compute: Callable[[], T]) -> T:
         """Return compute(), remembered until a write that could change it (supersede, update, delete).
@@ -238,6 +286,16 @@ class MemoryRepository:
 
     # -- reads -----------------------------------------------------------------------------
 
+    def get_many(self, tenant: str, ids: Sequence[str]) -> list[Memory]:
+        """Return the memories of this tenant with these ids, in one query (a lookup by id scans a large Lite
+        collection: one query for a batch's ids, not one per id)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return []
+        where = Filter("tenant == {gt} and id in {gids}", {"gt": tenant, "gids": wanted})
+        rows = self.store.query(self.spec.name, where, fields=OUTPUT_FIELDS, limit=len(wanted))
+        return [from_record(row) for row in rows]
+
     def get(self, tenant: str, memory_id: str) -> Memory | None:
         """Return one memory of this tenant, or None."""
         rows = self.store.query(self.spec.name, Filter("tenant == {t} and id == {id}", {"t": tenant, "id": memory_id}),
@@ -259,6 +317,23 @@ class MemoryRepository:
                 return sorted(index.select(flt), key=lambda m: (m.created_at, m.id))[offset: offset + limit]
         rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)
         return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
+
+    def query_all(self, tenant: str, where: Filter, fields: list[str]) -> list[Record]:
+        """Return every row matching the filter, however many: past the store's query window (16,384 rows, and
+        limit + offset no more), the id space is cut into ranges at ids the full window returned, each range read
+        alone and cut again while it still fills a window."""
+        return self._query_range(tenant_filter(tenant).and_(where), fields, "", None)
+
+    def _query_range(self, where: Filter, fields: list[str], low: str, high: str | None) -> list[Record]:
+        wanted = fields if "id" in fields else [*fields, "id"]
+        rows = self.store.query(self.spec.name, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
+        if len(rows) < QUERY_WINDOW:
+            return rows
+        step = QUERY_WINDOW // RANGE_CUTS
+        starts = [low, *sorted(str(row["id"]) for row in rows)[step::step]]  # each range leaves out sampled ids
+        stops: list[str | None] = [*starts[1:], high]
+        return [row for start, stop in zip(starts, stops, strict=True)
+                for row in self._query_range(where, fields, start, stop)]
 
     def page(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
         """Return one page of matching memories in a stable order (created_at, id)."""

@@ -164,6 +164,18 @@ def scope_filter(namespace: Namespace, scopes: Sequence[str] | None = None) -> F
     return Filter(template, used)
 
 
+def id_range(low: str, high: str | None) -> Filter:
+    """Return the filter of the ids from low (included) to high (excluded; None: no end)."""
+    if high is None:
+        return Filter("id >= {range_low}", {"range_low": low})
+    return Filter("id >= {range_low} and id < {range_high}", {"range_low": low, "range_high": high})
+
+
+# Cuts of the id space (memories are "mem_" + hex, archived messages "turn_" + hex) into ranges of about equal
+# size: a large read is made in several short queries, so that reads of others are not queued behind one long one.
+ID_CUTS: tuple[str, ...] = ("", "mem_4", "mem_8", "mem_c", "turn_", "turn_4", "turn_8", "turn_c")
+
+
 def live_filter(include_superseded: bool) -> Filter:
     """Return the filter that hides superseded memories unless asked for."""
     return Filter("") if include_superseded else Filter("valid_to == 0")

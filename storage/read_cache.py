@@ -15,20 +15,24 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
+from common.errors import StoreUnavailableError
 from common.models import Memory, Namespace
 from storage.base import Filter, Record
 from storage.load_once import LoadOnce
 from storage.local_index import LocalIndex
 from storage.memory_rows import (
+    ID_CUTS,
     NO_TURN,
     OUTPUT_FIELDS,
     QUERY_WINDOW,
     from_record,
     group_filter,
+    id_range,
     session_filter,
     tenant_filter,
 )
@@ -44,7 +48,11 @@ CACHED_POOLS = 64
 # repository is given). A session that can read more rows than the store's query window is searched in the store.
 CACHED_INDEXES = 256
 CACHED_INDEX_ROWS = 50_000
+CACHED_BYTES = 256 << 20  # the default of ACN_READ_CACHE_MB
+TOKENIZE_CHUNK = 200  # rows a loading index tokenizes between pauses
+LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, more in id ranges (ID_CUTS)
 CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
+CACHED_AGENT_COUNTERS = 65_536  # agents whose write counters are kept (see ReadCache.after_save)
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
@@ -58,7 +66,8 @@ Query = Callable[[Filter, list[str], int], list[Record]]
 class ReadCache:
     """The in-memory reads of one Lite repository: archives, views, parked objects, session indexes."""
 
-    def __init__(self, query: Query, *, dense_dim: int, index_rows: int = CACHED_INDEX_ROWS) -> None:
+    def __init__(self, query: Query, *, dense_dim: int, index_rows: int = CACHED_INDEX_ROWS,
+                 max_bytes: int = CACHED_BYTES, background: bool = True) -> None:
         self._query = query
         self._dense_dim = dense_dim
         self.extra_fields: list[str] = []  # read with every row besides OUTPUT_FIELDS (the embedded flag)
@@ -87,6 +96,14 @@ class ReadCache:
         self._agent_sessions: OrderedDict[tuple[str, str], set[str]] = OrderedDict()
         self._session_loads: LoadOnce[tuple[str, str], set[str]] = LoadOnce(self._lock, lambda: self._epoch, set)
         self._index_rows = index_rows  # 0: no in-process index
+        self._max_bytes = max_bytes  # session indexes and parked objects, in all (estimated: see nbytes)
+        # Session indexes waiting for the background loader (see local_index).
+        self._background = background
+        self._warming: set[GroupKey] = set()
+        self._warm_queue: deque[GroupKey] = deque()
+        self._warm_wakeup = threading.Event()
+        self._warm_idle = threading.Event()
+        self._warmer: threading.Thread | None = None
         # Indexes with rows whose text a background thread tokenizes (LocalIndex.index_pending).
         self._untokenized: set[LocalIndex] = set()
         self._tokenize_wakeup = threading.Event()
@@ -110,6 +127,13 @@ class ReadCache:
                             known.add(memory.session_id)
             if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
                 self._revision += 1
+            if len(self._agent_writes) >= CACHED_AGENT_COUNTERS:
+                # Forgetting counters could let a stale stamp match again; a new epoch makes every earlier stamp
+                # stale instead (parked objects are dropped: they are rebuilt on their next use).
+                self._agent_writes.clear()
+                self._shared_writes.clear()
+                self._parked.clear()
+                self._epoch += 1
             counted = [m for m in memories if m.kind != "turn"]
             for agent in {(tenant, m.agent_id) for m in counted}:
                 self._agent_writes[agent] = self._agent_writes.get(agent, 0) + 1
@@ -205,6 +229,7 @@ class ReadCache:
             self._parked.move_to_end(key)
             while len(self._parked) > CACHED_POOLS:
                 self._parked.popitem(last=False)
+            self._within_budget(keep=value)
 
     def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
         """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
@@ -275,15 +300,20 @@ class ReadCache:
 
     # -- session indexes -------------------------------------------------------------------
 
-    def local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None) -> LocalIndex | None:
-        """Return the in-memory index of the rows a session can read, loading it on first use.
+    def local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
+                    wait: bool = False) -> LocalIndex | None:
+        """Return the in-memory index of the rows a session can read, or None: the store answers.
 
         None when `where` uses syntax the index cannot evaluate, when the session can read more rows than one
-        store query returns, or while another thread loads it: the store answers instead.
+        store query returns, or while the index loads. A session's first read starts the load on a background
+        thread and is answered by the store (a 10k-row session takes a second or more to load; a search in the
+        store, tens of ms); `wait` (or a cache built with background=False) loads it on the caller's thread.
         """
         if not self._index_rows or (where is not None and not supported(where)):
             return None
         key = (tenant, namespace.agent_id, namespace.session_id)
+        if wait:
+            self.settle()  # a load already under way on the background thread finishes first
         with self._lock:
             index = _recent(self._indexes, key)
             if index is not None:
@@ -298,19 +328,78 @@ class ReadCache:
                     index = self._sibling_view(key)
                 if index is not None:
                     return index
+        if wait or not self._background:
+            return self._load_index(key)
+        self._warm_later(key)
+        return None
+
+    def _load_index(self, key: GroupKey) -> LocalIndex | None:
         return self._index_loads.load(key, lambda: self._read_group(key), overflows=lambda loaded: loaded is None,
                                       install=lambda loaded, queued: self._install_loaded(key, loaded, queued),
                                       installed=lambda: self._indexes.get(key))
 
+    def _warm_later(self, key: GroupKey) -> None:
+        """Queue a session's index for the background loader (once while it waits)."""
+        with self._lock:
+            if key in self._warming:
+                return
+            self._warming.add(key)
+            self._warm_queue.append(key)
+            if self._warmer is None:
+                self._warmer = threading.Thread(target=self._warm_loop, name="acn-index-warm", daemon=True)
+                self._warmer.start()
+        self._warm_wakeup.set()
+
+    def _warm_loop(self) -> None:
+        while True:
+            self._warm_wakeup.wait()
+            self._warm_wakeup.clear()
+            while True:
+                with self._lock:
+                    if not self._warm_queue:
+                        break
+                    key = self._warm_queue.popleft()
+                try:
+                    self._load_index(key)
+                except StoreUnavailableError as error:  # closed or unreachable: the next read queues it again
+                    log.warning("loading a session index failed: %s", error.message)
+                except Exception:  # the store answers meanwhile; the next read queues the load again
+                    log.exception("loading a session index failed")
+                finally:
+                    with self._lock:
+                        self._warming.discard(key)
+                        if not self._warming:
+                            self._warm_idle.set()
+
+    def settle(self, timeout: float = 30.0) -> bool:
+        """Wait until no session index waits to load in the background (for tests and benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._warming:
+                    return True
+                self._warm_idle.clear()
+            self._warm_idle.wait(0.05)
+        return False
+
     def _read_group(self, key: GroupKey) -> LocalIndex | None:
         """Return a new index of every row the session can read (None: more than one query returns)."""
         fields = OUTPUT_FIELDS + (["dense"] if self._dense_dim else []) + self.extra_fields
-        rows = self._query(tenant_filter(key[0]).and_(group_filter(*key[1:])), fields, QUERY_WINDOW)
-        if len(rows) >= QUERY_WINDOW:
-            return None
+        where = tenant_filter(key[0]).and_(group_filter(*key[1:]))
+        rows = self._query(where, fields, LOAD_PAGE)
+        if len(rows) >= LOAD_PAGE:  # a large session: read in id ranges, searches of others go in between
+            rows = []
+            for low, high in zip(ID_CUTS, (*ID_CUTS[1:], None), strict=True):
+                rows += self._query(where.and_(id_range(low, high)), fields, QUERY_WINDOW)
+                if len(rows) >= QUERY_WINDOW:
+                    return None
         index = LocalIndex(self._dense_dim)
-        for row in rows:  # texts are tokenized by the first text search (or the background)
+        for row in rows:
             index.put(from_record(row), row, tokenize=False)
+        # Tokenized before it serves a search (on the loader's thread, in the background by default): the first
+        # search answered by the index must not segment thousands of texts itself.
+        while index.index_pending(TOKENIZE_CHUNK):
+            time.sleep(0.001)  # let request threads have the interpreter between chunks
         return index
 
     def _install_loaded(self, key: GroupKey, index: LocalIndex | None,
@@ -330,6 +419,30 @@ class ReadCache:
         while len(self._indexes) > 1 and (len(self._indexes) > CACHED_INDEXES or sum(
                 len(kept) for kept in self._indexes.values()) > self._index_rows):
             self._indexes.popitem(last=False)
+        self._within_budget(keep=index)
+
+    def nbytes(self) -> int:
+        """Return an estimate of the memory the session indexes and parked objects hold."""
+        with self._lock:
+            return self._held_bytes()
+
+    def _held_bytes(self) -> int:
+        return sum(index.nbytes() for index in self._indexes.values()) + sum(
+            _nbytes(value) for _, value in self._parked.values())
+
+    def _within_budget(self, keep: object) -> None:
+        """Drop parked objects, then session indexes, least recently used first, until what is held fits the byte
+        budget (`keep`, the entry just installed, stays even if it alone is larger). Called with the lock held."""
+        held = self._held_bytes()
+        while held > self._max_bytes:
+            parked = next((k for k, (_, value) in self._parked.items() if value is not keep), None)
+            if parked is not None:
+                held -= _nbytes(self._parked.pop(parked)[1])
+                continue
+            index = next((k for k, value in self._indexes.items() if value is not keep), None)
+            if index is None:
+                return
+            held -= self._indexes.pop(index).nbytes()
 
     def _sibling(self, key: GroupKey) -> LocalIndex | None:
         """Return a loaded index of another session of the same agent (called with the lock held)."""
@@ -397,6 +510,12 @@ class SessionArchive:
     def of_turns(self, turns: Iterable[int]) -> list[Memory]:
         """Return the messages of the given turns."""
         return [m for turn in turns for m in self.by_turn.get(turn, {}).values()]
+
+
+def _nbytes(value: object) -> int:
+    """Return what a parked object says it holds (a dedup pool counts its index), else a small constant."""
+    size = getattr(value, "nbytes", None)
+    return int(size()) if callable(size) else 1024
 
 
 def _recent(cache: OrderedDict[K, V], key: K) -> V | None:

@@ -194,7 +194,7 @@ class WriteDuringLoad(MilvusStore):
 
 def test_a_write_landing_while_the_index_loads_is_not_lost(tmp_path: Path) -> None:
     store = WriteDuringLoad(str(tmp_path / "race.db")).open()
-    memories = MemoryRepository(store, prefix="race", embedder=None)
+    memories = MemoryRepository(store, prefix="race", embedder=None, warm_in_background=False)
     memories.open()
     namespace = Namespace(agent_id="racer", session_id="s")
     try:
@@ -231,6 +231,9 @@ def test_retrieve_answers_the_same_from_memory_and_from_a_server(client: FlaskCl
         for side, target in (("local", client), ("server", remote)):
             for namespace, items in batches:
                 assert post(target, "memory_write", {**namespace, "items": items}).status_code == 200
+            if side == "local":  # searched in memory from the first question (else the store answers until warm)
+                client.application.extensions["acn"].memories.cache.local_index(DEFAULT_TENANT, Namespace(**ns),
+                                                                                  wait=True)
             for question in questions:
                 body = post(target, "memory_retrieve", {**ns, "query": question, "top_k": 5}).get_json()
                 answers[side].append([m["content"] for m in body["memories"]])
@@ -269,7 +272,7 @@ def test_new_rows_are_tokenized_off_the_request_path(fresh_app: Flask) -> None:
     memories.save(DEFAULT_TENANT, [fact(namespace, "第一条：仓库在张江路")])
     assert found(memories, namespace, "仓库") == ["第一条：仓库在张江路"]  # loads the session's index
     assert memories.cache is not None
-    index = memories.cache.local_index(DEFAULT_TENANT, namespace)
+    index = memories.cache.local_index(DEFAULT_TENANT, namespace, wait=True)
     assert index is not None
     memories.save(DEFAULT_TENANT, [fact(namespace, f"第{n}条：发票抬头是星辰科技{n}号") for n in range(2, 40)])
     deadline = time.monotonic() + 5
@@ -360,7 +363,7 @@ def readable(memories: MemoryRepository, namespace: Namespace) -> list[str]:
 
 def test_a_new_session_of_a_known_agent_is_read_without_a_scan(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "sessions.db")).open()
-    memories = MemoryRepository(store, prefix="sib", embedder=None)
+    memories = MemoryRepository(store, prefix="sib", embedder=None, warm_in_background=False)
     memories.open()
     scanned = MemoryRepository(store, prefix="sib", embedder=None, index_rows=0)  # no index: the store answers
     s1, s2, s3, s4 = (Namespace(agent_id="bot", session_id=f"s{i}", user_id="u1") for i in range(1, 5))
@@ -396,7 +399,7 @@ def test_a_new_session_of_a_known_agent_is_read_without_a_scan(tmp_path: Path) -
 
 def test_a_session_written_while_the_agent_sessions_are_listed_is_not_missed(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "listing.db")).open()
-    memories = MemoryRepository(store, prefix="lst", embedder=None)
+    memories = MemoryRepository(store, prefix="lst", embedder=None, warm_in_background=False)
     memories.open()
     s1, s2, late = (Namespace(agent_id="bot", session_id=name) for name in ("s1", "s2", "late"))
     try:

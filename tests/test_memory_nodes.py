@@ -171,20 +171,18 @@ def test_empty_and_oversized_memories_are_422_and_store_nothing(client: FlaskCli
     assert listing["memories"] == []
 
 
-def test_dedup_in_a_namespace_too_large_to_load_stays_inside_the_namespace(fresh_app: Flask) -> None:
-    # Past POOL_LIMIT live memories an agent's batch writes search the store for duplicates instead of
-    # loading them all. That search must stay within the namespace: another agent's identical fact is not a
-    # duplicate, the agent's own is, and a key still supersedes.
+def test_dedup_in_a_large_namespace_stays_inside_the_namespace(fresh_app: Flask) -> None:
+    # A namespace of a few thousand live memories (once past a limit where writes searched the store item by item)
+    # is indexed whole: another agent's identical fact is not a duplicate, the agent's own is, a key supersedes.
     from common.auth import DEFAULT_TENANT
     from common.models import Memory
-    from memory.pool import POOL_LIMIT
     from storage.memory_rows import new_memory_id
 
     client = fresh_app.test_client()
     big, other = {"agent_id": "big", "session_id": "s1"}, {"agent_id": "someone-else", "session_id": "s1"}
     filler = [Memory(id=new_memory_id(), kind="fact", content=f"第{i}条背景资料：编号{i * 7919}", scope="session",
                      agent_id="big", session_id="s1", created_at=i + 1, updated_at=i + 1, version=1, importance=5.0)
-              for i in range(POOL_LIMIT + 1)]
+              for i in range(2_001)]
     fresh_app.extensions["acn"].memories.save(DEFAULT_TENANT, filler)
     text = "客户的发票抬头是星辰科技有限公司"
     assert post(client, "memory_write", {**other, "items": [{"kind": "fact", "content": text}]}).get_json()[

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import sys
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -45,7 +46,7 @@ def _shingles(text: str) -> frozenset[str]:
     folded = normalise(text)
     if len(folded) < 2:
         return frozenset({folded}) if folded else frozenset()
-    return frozenset(folded[i : i + 2] for i in range(len(folded) - 1))
+    return frozenset(sys.intern(folded[i : i + 2]) for i in range(len(folded) - 1))
 
 
 _shingles_short = lru_cache(maxsize=16384)(_shingles)
