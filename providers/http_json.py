@@ -49,7 +49,7 @@ class JsonEndpoint:
         try:
             with self._session.post(self.url, json=payload, timeout=self.timeout_seconds, stream=True,
                                     allow_redirects=False) as response:
-                raw = _read_body(response, deadline, self.what)
+                raw = read_body(response, deadline, self.what)
                 status = response.status_code
         except requests.Timeout as error:
             raise ProviderTimeoutError(f"{self.what} timed out after {self.timeout_seconds:.1f}s") from error
@@ -71,8 +71,9 @@ class JsonEndpoint:
             raise ProviderError(f"{self.what} returned a body that is not JSON") from error
 
 
-def _read_body(response: requests.Response, deadline: float, what: str) -> bytes:
-    """Read the body in chunks so a server that trickles bytes cannot outlast the deadline."""
+def read_body(response: requests.Response, deadline: float, what: str, limit: int = MAX_BODY_BYTES) -> bytes:
+    """Read the body in chunks so a server that trickles bytes cannot outlast the deadline, nor send more than
+    `limit` bytes."""
     chunks: list[bytes] = []
     size = 0
     for chunk in response.iter_content(chunk_size=65536):
@@ -80,6 +81,6 @@ def _read_body(response: requests.Response, deadline: float, what: str) -> bytes
         size += len(chunk)
         if time.monotonic() > deadline:
             raise requests.Timeout("reading the response body took too long")
-        if size > MAX_BODY_BYTES:
-            raise ProviderError(f"{what} answered more than {MAX_BODY_BYTES} bytes")
+        if size > limit:
+            raise ProviderError(f"{what} answered more than {limit} bytes")
     return b"".join(chunks)

@@ -21,6 +21,7 @@ from common.errors import (
     ValidationError,
 )
 from common.settings import Settings
+from providers.http_json import read_body
 from providers.llm_guard import (
     MAX_REQUEST_RETRIES,
     MAX_REQUEST_TIMEOUT_SECONDS,
@@ -183,7 +184,7 @@ class ChatClient:
             # Never follow a redirect: it could lead a checked request (and its key) anywhere.
             with self._session.post(self._url, json=payload, timeout=timeout, stream=True,
                                     allow_redirects=False) as response:
-                raw = _read_body(response, started + timeout)
+                raw = read_body(response, started + timeout, "LLM", MAX_BODY_BYTES)
                 status = response.status_code
         except requests.Timeout as error:
             raise ProviderTimeoutError(f"LLM endpoint timed out after {timeout:.1f}s") from error
@@ -248,20 +249,6 @@ def _same_url(url: str, configured: str) -> bool:
         return parse_url(url) == parse_url(configured)
     except LlmNotAllowedError:
         return url.rstrip("/") == configured.rstrip("/")
-
-
-def _read_body(response: requests.Response, deadline: float) -> bytes:
-    """Read the body in chunks so a server that trickles bytes cannot outlast the deadline."""
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.iter_content(chunk_size=65536):
-        chunks.append(chunk)
-        size += len(chunk)
-        if time.monotonic() > deadline:
-            raise requests.Timeout("reading the response body took too long")
-        if size > MAX_BODY_BYTES:
-            raise ProviderError(f"LLM reply larger than {MAX_BODY_BYTES} bytes")
-    return b"".join(chunks)
 
 
 def _decode_body(status: int, raw: bytes) -> Any:
