@@ -7,10 +7,12 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from tests.stand_in_http import serve_loopback
 
 
 @dataclass
@@ -130,27 +132,13 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class _Server(ThreadingHTTPServer):
-    # Join handler threads on close so no socket outlives the test (filterwarnings=error).
-    daemon_threads = False
-    block_on_close = True
-
-
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLM]:
     """Run a scripted chat-completions server on 127.0.0.1 for one test."""
     fake = FakeLLM()
-    server = _Server(("127.0.0.1", 0), _make_handler(fake))
-    fake.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serve_loopback(_make_handler(fake), on_stop=fake.stop.set) as url:
+        fake.base_url = f"{url}/v1"
         yield fake
-    finally:
-        fake.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

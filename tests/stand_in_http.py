@@ -22,8 +22,26 @@ class StandIn:
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # joined on close: no socket outlives the test
+    daemon_threads = False  # joined on close: no socket outlives the test (filterwarnings=error)
     block_on_close = True
+
+
+@contextmanager
+def serve_loopback(handler: type[BaseHTTPRequestHandler],
+                   on_stop: Callable[[], None] | None = None) -> Iterator[str]:
+    """Serve `handler` on 127.0.0.1 for the block and yield its base URL (http://127.0.0.1:PORT); on the way out
+    call on_stop (so held replies give up), then shut down and join every handler thread."""
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        if on_stop is not None:
+            on_stop()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 @contextmanager
@@ -58,14 +76,6 @@ def stand_in(answer: Answer) -> Iterator[StandIn]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass
 
-    server = _Server(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serve_loopback(Handler, on_stop=state.stop.set) as url:
+        state.url = url
         yield state
-    finally:
-        state.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

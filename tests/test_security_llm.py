@@ -27,6 +27,7 @@ from providers.openai_chat import ChatClient, request_endpoint
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
 from tests.conftest import post, serving
 from tests.fake_llm import FakeLLM, fake_llm  # noqa: F401
+from tests.stand_in_http import serve_loopback
 
 SERVER_KEY = "sk-server-secret-0123456789"
 MESSAGES = [m.model_dump(exclude_none=True) for m in conversation(ZH_FINANCE_TURNS[:6])]
@@ -207,13 +208,10 @@ def test_connection_is_pinned_to_the_checked_address(fake_llm: FakeLLM, monkeypa
 def test_redirects_are_not_followed(client: FlaskClient, ns: dict[str, str], fake_llm: FakeLLM,
                                     operator: Callable[..., None]) -> None:
     inner = FakeLLM()  # a second listener standing for an internal service the redirect points at
-    from tests.fake_llm import _make_handler, _Server
+    from tests.fake_llm import _make_handler
 
-    server = _Server(("127.0.0.1", 0), _make_handler(inner))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        target = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
+    with serve_loopback(_make_handler(inner), on_stop=inner.stop.set) as url:
+        target = f"{url}/v1/chat/completions"
         inner.reply_json(FAITHFUL)
         fake_llm.reply_redirect(target).reply_redirect(target)
         operator(llm_allowed_urls=fake_llm.base_url)
@@ -223,10 +221,6 @@ def test_redirects_are_not_followed(client: FlaskClient, ns: dict[str, str], fak
         operator(llm_base_url=fake_llm.base_url)
         assert compact_llm(client, ns).get_json()["engine_used"] == "extractive"
         assert inner.requests == []
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_upstream_bodies_are_never_reflected(client: FlaskClient, ns: dict[str, str], fake_llm: FakeLLM,
