@@ -76,6 +76,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     if runtime.backlog is not None:
         backlog = runtime.backlog
         app.extensions["acn_metrics"].watch_backlog(backlog.queued, lambda: backlog.filled)
+    lock_stats = getattr(runtime.store, "lock_stats", None)
+    if callable(lock_stats):
+        app.extensions["acn_metrics"].watch_store(lock_stats)
     nodes = all_nodes()
     app.extensions["acn_nodes"] = nodes
     app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys)

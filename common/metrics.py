@@ -53,6 +53,19 @@ class Metrics:
         self.embedded_rows = Gauge("acn_embedded_rows", "Vectors this process's embedding worker has written.",
                                    registry=self.registry)
 
+        self.store_lock_wait = Gauge(
+            "acn_store_write_lock_wait_seconds", "Total time requests waited for the store's write lock (Milvus "
+            "Lite writes one at a time; a flush holds it too).", registry=self.registry)
+        self.store_lock_waits_behind_background = Gauge(
+            "acn_store_write_lock_waits_behind_background", "Requests that waited for the store's write lock while "
+            "background work (the flusher, the embedding worker's vector writes) held it.", registry=self.registry)
+
+    def watch_store(self, lock_stats: Callable[[], dict[str, float]]) -> None:
+        """Read the store's write-lock counters (MilvusStore.lock_stats) at each scrape."""
+        self.store_lock_wait.set_function(lambda: lock_stats()["request_wait_seconds"])
+        self.store_lock_waits_behind_background.set_function(
+            lambda: lock_stats()["request_waits_behind_background"])
+
     def watch_backlog(self, queued: Callable[[], int], filled: Callable[[], int]) -> None:
         """Read the embedding backlog's size and progress at each scrape."""
         self.embedding_backlog.set_function(queued)

@@ -8,8 +8,14 @@ This worker then embeds such rows and sets their vector and EMBEDDED 1.
 Durable: the backlog is the store itself (EMBEDDED == 0). What this process writes is also queued in memory (no
 store scan per row); at start, after a queue overflow, after a failure and, against a server, every
 `rescan_seconds`, the worker scans the store for rows still waiting (an earlier process's, another process's).
-It runs at nice 10 and starts a batch once rows have stopped arriving for QUIET_SECONDS (at the latest
-MAX_DEFER_SECONDS later): the request threads keep the CPU and the store lock while they write.
+It starts a batch once rows have stopped arriving for QUIET_SECONDS (at the latest MAX_DEFER_SECONDS later). The
+embedding itself runs on a thread of its own at nice 10 (the engine releases the GIL: it costs the requests a core,
+not the interpreter); the store work stays on the worker thread at normal priority, since it holds locks the
+requests need (a thread at nice 10 holding a lock on a loaded machine was descheduled while requests waited).
+Vectors are written WRITE_ROWS at a time, each under one short hold of write_order, with the rows re-read before
+the hold (read again inside it only if a write of this process came between: MilvusStore.write_count), and in
+the store's background mode: a request waiting for the store's write lock goes first, and these writes do not
+make the store flush in the pause after each batch (MilvusStore.background).
 
 Safe against concurrent writers: a vector is written only to a row that still holds the text that was embedded
 and still waits (re-read by primary key right before the write), and only the vector and the flag are written
@@ -29,6 +35,10 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from typing import Any
 
 from storage.base import Filter, Record
 from storage.memories import MemoryRepository
@@ -43,6 +53,10 @@ MAX_BACKOFF_SECONDS = 60.0
 # between them, not beside a request writing), or at the latest MAX_DEFER_SECONDS after it could have started.
 QUIET_SECONDS = 0.1
 MAX_DEFER_SECONDS = 2.0
+# Vectors written per hold of write_order (one re-read, one partial upsert, the cache update: ~2-5 ms with 4 rows
+# of 384 floats; a batch of 8 in one hold was ~8-18 ms, up to 190 ms at nice 10 on a loaded machine).
+WRITE_ROWS = 4
+OPTIMISTIC_READS = 3  # re-reads outside write_order before one inside it (see _fill_rows)
 Key = tuple[str, str]  # tenant, id
 
 
@@ -69,6 +83,8 @@ class EmbeddingBacklog:
         self._backoff = 0.0
         self._last_scan = 0.0
         self._last_notify = 0.0
+        self._embedding: ThreadPoolExecutor | None = None  # the niced thread that runs the embedder (start)
+        self.locked_reads = 0  # re-reads that had to be made inside write_order (a write came between)
         repository.on_pending = self.notify
 
     # -- control ---------------------------------------------------------------------------
@@ -76,6 +92,8 @@ class EmbeddingBacklog:
     def start(self) -> EmbeddingBacklog:
         """Start the worker thread (once)."""
         if self._thread is None:
+            self._embedding = ThreadPoolExecutor(1, thread_name_prefix="acn-embed-cpu", initializer=_lower_priority,
+                                                 initargs=(self.nice,))
             self._thread = threading.Thread(target=self._run, name="acn-embed", daemon=True)
             self._thread.start()
         return self
@@ -87,6 +105,8 @@ class EmbeddingBacklog:
             self._condition.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._embedding is not None:
+            self._embedding.shutdown(wait=False)
 
     def notify(self, tenant: str, rows: list[tuple[str, str]]) -> None:
         """Queue rows just written to wait for their vectors (id, text); a newer text of an id replaces the older."""
@@ -170,7 +190,10 @@ class EmbeddingBacklog:
 
     def _process(self, work: list[tuple[Key, str]]) -> None:
         started = time.perf_counter()
-        vectors = self.embedder.embed_batch([content for _, content in work])
+        texts = [content for _, content in work]
+        embedding = self._embedding
+        vectors = self.embedder.embed_batch(texts) if embedding is None or threading.current_thread() is not \
+            self._thread else embedding.submit(self.embedder.embed_batch, texts).result()
         self.embed_seconds += time.perf_counter() - started
         by_tenant: dict[str, list[tuple[str, str, list[float]]]] = {}
         for ((tenant, memory_id), content), vector in zip(work, vectors, strict=True):
@@ -179,29 +202,71 @@ class EmbeddingBacklog:
             self.filled += self.fill(tenant, items)
 
     def fill(self, tenant: str, items: list[tuple[str, str, list[float]]]) -> int:
-        """Write each vector (id, the text it embeds, vector) to its row if the row still waits with that text."""
+        """Write each vector (id, the text it embeds, vector) to its row if the row still waits with that text.
+
+        WRITE_ROWS rows at a time, each group in one short hold of write_order (requests that write go between).
+        """
+        written = 0
+        for start in range(0, len(items), WRITE_ROWS):
+            if start:
+                time.sleep(0)  # let a request thread that waits for write_order take it now
+            written += self._fill_rows(tenant, items[start:start + WRITE_ROWS])
+        return written
+
+    def _fill_rows(self, tenant: str, items: list[tuple[str, str, list[float]]]) -> int:
+        repository, store = self.repository, self.repository.store
+        ids = [memory_id for memory_id, _, _ in items]
+        collection = repository.spec.name
+        with self._background(store):
+            written: list[str] | None = None
+            if _write_count(store, collection) is not None:
+                # Read outside write_order; the read is good inside it if no write of this process came between.
+                for _ in range(OPTIMISTIC_READS):
+                    seen = _write_count(store, collection)
+                    current = self._current(tenant, ids)
+                    with repository.write_order:
+                        if _write_count(store, collection) == seen:
+                            written = self._write(tenant, items, current)
+                            break
+            if written is None:
+                self.locked_reads += 1
+                with repository.write_order:
+                    written = self._write(tenant, items, self._current(tenant, ids))
+        if written and getattr(store, "is_server", False):
+            self._recheck(tenant, {memory_id: content for memory_id, content, _ in items if memory_id in written})
+        return len(written)
+
+    def _current(self, tenant: str, ids: list[str]) -> dict[str, Record]:
+        store = self.repository.store
+        rows = store.query(self.repository.spec.name, _rows_of(tenant, ids), fields=[*OUTPUT_FIELDS, EMBEDDED_FIELD],
+                           limit=len(ids))
+        return {str(row["id"]): row for row in rows}
+
+    def _write(self, tenant: str, items: list[tuple[str, str, list[float]]], current: dict[str, Record]) -> list[str]:
+        """Write the vectors of rows that still wait with the embedded text (call under write_order)."""
         repository, store = self.repository, self.repository.store
         collection = repository.spec.name
-        ids = [memory_id for memory_id, _, _ in items]
-        with repository.write_order:
-            current = {str(row["id"]): row for row in store.query(
-                collection, _rows_of(tenant, ids), fields=[*OUTPUT_FIELDS, EMBEDDED_FIELD], limit=len(ids))}
-            ready = [(memory_id, vector) for memory_id, content, vector in items
-                     if memory_id in current and current[memory_id].get(EMBEDDED_FIELD) == 0
-                     and current[memory_id]["content"] == content]
-            if not ready:
-                return 0
-            whole: list[Record] = [{**current[memory_id], "dense": vector, EMBEDDED_FIELD: 1}
-                                   for memory_id, vector in ready]
-            try:
-                store.update_fields(collection, [{"id": memory_id, "tenant": tenant, "dense": vector,
-                                                  EMBEDDED_FIELD: 1} for memory_id, vector in ready])
-            except NotImplementedError:
-                store.upsert(collection, whole)  # whole rows, re-read under write_order: one process only
-            repository.vectors_filled(tenant, whole)
-        if getattr(store, "is_server", False):
-            self._recheck(tenant, {memory_id: current[memory_id]["content"] for memory_id, _ in ready})
-        return len(ready)
+        ready = [(memory_id, vector) for memory_id, content, vector in items
+                 if memory_id in current and current[memory_id].get(EMBEDDED_FIELD) == 0
+                 and current[memory_id]["content"] == content]
+        if not ready:
+            return []
+        whole: list[Record] = [{**current[memory_id], "dense": vector, EMBEDDED_FIELD: 1}
+                               for memory_id, vector in ready]
+        try:
+            store.update_fields(collection, [{"id": memory_id, "tenant": tenant, "dense": vector, EMBEDDED_FIELD: 1}
+                                             for memory_id, vector in ready])
+        except NotImplementedError:
+            store.upsert(collection, whole)  # whole rows, re-read under write_order: one process only
+        repository.vectors_filled(tenant, whole)
+        return [memory_id for memory_id, _ in ready]
+
+    @staticmethod
+    @contextmanager
+    def _background(store: Any) -> Iterator[None]:
+        background = getattr(store, "background", None)
+        with background() if callable(background) else nullcontext():
+            yield
 
     def _recheck(self, tenant: str, texts: dict[str, str]) -> None:
         """Against a server: put rows another process rewrote between the re-read and the write back in the backlog."""
@@ -214,10 +279,6 @@ class EmbeddingBacklog:
             self.notify(tenant, [(str(row["id"]), str(row["content"])) for row in changed])
 
     def _run(self) -> None:
-        try:  # Linux: this thread only; a request thread then wins the CPU over a batch
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
-        except (AttributeError, OSError):
-            pass
         while not self._stop.is_set():
             with self._condition:
                 if self.rescan_seconds and getattr(self.repository.store, "is_server", False) and \
@@ -248,6 +309,20 @@ class EmbeddingBacklog:
             if quiet >= QUIET_SECONDS or now >= deadline:
                 return
             self._stop.wait(min(QUIET_SECONDS - quiet, deadline - now))
+
+
+def _lower_priority(nice: int) -> None:
+    """Run this thread (only) at the given niceness, so that a request thread wins the CPU over an embedding."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the embedding runs at normal priority
+        pass
+
+
+def _write_count(store: Any, collection: str) -> int | None:
+    """The store's count of writes to the collection (MilvusStore.write_count), or None if it keeps none."""
+    count = getattr(store, "write_count", None)
+    return count(collection) if callable(count) else None
 
 
 def _rows_of(tenant: str, ids: list[str]) -> Filter:

@@ -84,14 +84,17 @@ class MilvusStore(MemoryStore):
         self._flush_interval = flush_interval
         self._client: MilvusClient | None = None
         # Milvus Lite corrupts its write-ahead log under concurrent writers (STORAGE.md #1): every
-        # write, flush and close goes through this one lock.
-        self._write_lock = threading.RLock()
+        # write, flush and close goes through this one lock. Background work (the flusher, the embedding
+        # backlog's vector writes: see `background`) takes it only when no request is waiting for it.
+        self._write_lock = WriteLock()
         # Lite 3.2.2 misses rows that a concurrent flush is moving into a segment (measured: 88–141 of 300
         # searches for a row just written, with flushes running alongside): reads share this lock, a flush
         # holds it alone. A server has no such window.
         self._flush_gate = SharedLock() if not self.is_server else None
         self._pending: dict[str, int] = {}  # unflushed writes per collection (changed under the write lock)
         self._unflushed = 0  # their sum, which the flusher thread reads without the lock
+        self._requests_unflushed = 0  # those written outside `background`: only they make a pause flush due
+        self._writes: dict[str, int] = {}  # writes per collection (write_count)
         self._last_write = 0.0
         self._last_flush = time.monotonic()
         self._collections: set[str] = set()
@@ -251,6 +254,31 @@ class MilvusStore(MemoryStore):
             self._call(operation)
             self._after_write(collection, count)
 
+    @contextmanager
+    def background(self) -> Iterator[None]:
+        """Writes in this block (this thread) yield to requests: they take the write lock only while no request
+        waits for it, and do not make a pause flush due (they are flushed with the next requests' writes, on the
+        timer or at flush_every).
+
+        Why: a request that waits for the lock waits for the whole write in hand (a Lite write of a few rows is
+        ~3-6 ms, a flush 15-300 ms under load); and a flush after every background batch (each batch ends in a
+        pause) held the lock in front of requests and left Lite a small segment to compact each time.
+        """
+        previous = self._write_lock.background_thread(True)
+        try:
+            yield
+        finally:
+            self._write_lock.background_thread(previous)
+
+    def write_count(self, collection: str) -> int:
+        """Writes (inserts, upserts, partial updates, deletes) this store has made to a collection: a reader that
+        saw the same count before and after its read knows that no write of this process came between."""
+        return self._writes.get(collection, 0)
+
+    def lock_stats(self) -> dict[str, float]:
+        """What the write lock cost, for metrics and benchmarks (see WriteLock.stats)."""
+        return self._write_lock.stats()
+
     def flush(self) -> None:
         with self._write_lock:
             self._flush_locked()
@@ -268,7 +296,10 @@ class MilvusStore(MemoryStore):
         pending = self._pending.get(collection, 0) + count
         self._pending[collection] = pending
         self._unflushed += count
-        self._last_write = time.monotonic()
+        self._writes[collection] = self._writes.get(collection, 0) + 1
+        if not self._write_lock.in_background():
+            self._requests_unflushed += count
+            self._last_write = time.monotonic()
         if pending >= self._flush_every:
             self._flush_locked([collection])
 
@@ -283,6 +314,8 @@ class MilvusStore(MemoryStore):
                     self._flush_one(name)  # a failure leaves the count pending: the flusher retries
                 self._pending.pop(name, None)
                 self._unflushed -= count
+        if not self._unflushed:
+            self._requests_unflushed = 0
         if collections is None:
             self._last_flush = time.monotonic()
 
@@ -294,12 +327,21 @@ class MilvusStore(MemoryStore):
         while not self._stop.wait(tick):
             if self._flush_due(time.monotonic()):
                 try:
-                    self.flush()
+                    self._flush_in_background()
                 except Exception:  # a failed background flush is retried next tick; writes stay in the WAL
                     log.warning("periodic flush failed", exc_info=True)
 
+    def _flush_in_background(self) -> None:
+        """Flush one collection per hold of the write lock, each after any request waiting for the lock."""
+        with self.background():
+            for name in list(self._pending):
+                with self._write_lock:
+                    self._flush_locked([name])
+            with self._write_lock:
+                self._flush_locked()  # what was written meanwhile, and the time of this flush
+
     def _flush_due(self, now: float) -> bool:
-        """Flush every flush_interval; with a Lite file also as soon as writes pause for QUIET_SECONDS.
+        """Flush every flush_interval; with a Lite file also as soon as requests' writes pause for QUIET_SECONDS.
 
         A real server seals segments itself and dislikes frequent flushes (small segments): timer only.
         """
@@ -307,7 +349,7 @@ class MilvusStore(MemoryStore):
             return False
         if now - self._last_flush >= self._flush_interval:
             return True
-        return not self.is_server and now - self._last_write >= QUIET_SECONDS
+        return not self.is_server and self._requests_unflushed > 0 and now - self._last_write >= QUIET_SECONDS
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -398,6 +440,101 @@ class MilvusStore(MemoryStore):
             if _is_connection_error(error):
                 raise StoreUnavailableError(f"store unreachable: {error}") from error
             raise
+
+
+class WriteLock:
+    """A re-entrant lock whose background holders (threads inside MilvusStore.background) let requests go first.
+
+    A thread in background mode takes the lock only while no other thread waits for it in request mode; a
+    request thread waits only for the holder in hand, never behind a queue of background writes. It also counts
+    what it costs (`stats`): how long request threads waited and how long background threads held it.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._owner: int | None = None
+        self._depth = 0
+        self._requests_waiting = 0
+        self._local = threading.local()
+        self._owner_background = False
+        self._acquired_at = 0.0
+        self.request_waits = 0
+        self.request_wait_seconds = 0.0
+        self.request_waits_behind_background = 0
+        self.request_wait_behind_background_seconds = 0.0
+        self.background_holds = 0
+        self.background_hold_seconds = 0.0
+
+    def background_thread(self, on: bool) -> bool:
+        """Set whether this thread takes the lock in background mode; return the previous setting."""
+        previous = self.in_background()
+        self._local.background = on
+        return previous
+
+    def in_background(self) -> bool:
+        return bool(getattr(self._local, "background", False))
+
+    def acquire(self) -> None:
+        me = threading.get_ident()
+        background = self.in_background()
+        with self._condition:
+            if self._owner == me:
+                self._depth += 1
+                return
+            if self._owner is None and (background or not self._requests_waiting):
+                self._take(me, background)
+                return
+            started = time.perf_counter()
+            behind_background = False
+            if not background:
+                self._requests_waiting += 1
+            try:
+                while self._owner is not None or (background and self._requests_waiting):
+                    behind_background = behind_background or self._owner_background
+                    self._condition.wait()
+            finally:
+                if not background:
+                    self._requests_waiting -= 1
+            self._take(me, background)
+            if not background:
+                waited = time.perf_counter() - started
+                self.request_waits += 1
+                self.request_wait_seconds += waited
+                if behind_background:
+                    self.request_waits_behind_background += 1
+                    self.request_wait_behind_background_seconds += waited
+
+    def _take(self, me: int, background: bool) -> None:
+        self._owner, self._depth, self._owner_background = me, 1, background
+        self._acquired_at = time.perf_counter()
+
+    def release(self) -> None:
+        with self._condition:
+            if self._owner != threading.get_ident():
+                raise RuntimeError("release of a write lock this thread does not hold")
+            self._depth -= 1
+            if self._depth:
+                return
+            if self._owner_background:
+                self.background_holds += 1
+                self.background_hold_seconds += time.perf_counter() - self._acquired_at
+            self._owner = None
+            self._condition.notify_all()
+
+    def __enter__(self) -> WriteLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def stats(self) -> dict[str, float]:
+        with self._condition:
+            return {"request_waits": self.request_waits, "request_wait_seconds": self.request_wait_seconds,
+                    "request_waits_behind_background": self.request_waits_behind_background,
+                    "request_wait_behind_background_seconds": self.request_wait_behind_background_seconds,
+                    "background_holds": self.background_holds,
+                    "background_hold_seconds": self.background_hold_seconds}
 
 
 class SharedLock:

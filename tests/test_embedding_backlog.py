@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -151,6 +153,34 @@ def test_a_row_rewritten_while_its_text_was_embedded_keeps_the_new_text_and_gets
                                                                                       abs=1e-6)
 
 
+def test_a_row_rewritten_between_the_workers_read_and_its_write_is_read_again(
+        opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    # The worker reads the rows before it takes write_order (a short hold); a request that rewrites a row right
+    # after that read is seen (the store's write count moved) and the row is read again inside write_order.
+    store, repository = opened
+    backlog = EmbeddingBacklog(repository)
+    repository.save("t", [memory(0, "old text")])
+    embedder = HashEmbedder()
+    original = store.query
+    rewritten: list[bool] = []
+
+    def query(*args: object, **kwargs: object) -> object:
+        rows = original(*args, **kwargs)  # type: ignore[arg-type]
+        if not rewritten and any(row.get("content") == "old text" for row in rows):  # type: ignore[attr-defined]
+            rewritten.append(True)
+            repository.save("t", [memory(0, "new text")])  # lands between the read and the write
+        return rows
+
+    store.query = query  # type: ignore[method-assign]
+    assert backlog.fill("t", [("m0", "old text", embedder.embed("old text"))]) == 0
+    store.query = original  # type: ignore[method-assign]
+    row = stored(repository)["m0"]
+    assert rewritten and row["content"] == "new text" and row[EMBEDDED_FIELD] == 0
+    assert backlog.drain(timeout=30)
+    row = stored(repository)["m0"]
+    assert row[EMBEDDED_FIELD] == 1 and row["dense"] == pytest.approx(embedder.embed("new text"), abs=1e-6)
+
+
 def test_two_workers_on_the_same_rows_write_the_same_vectors(opened: tuple[MilvusStore, MemoryRepository]) -> None:
     _, repository = opened
     first = EmbeddingBacklog(repository)
@@ -225,8 +255,92 @@ def test_the_server_embeds_recorded_turns_in_the_background(tmp_path: Path) -> N
         assert rows and {row[EMBEDDED_FIELD] for row in rows.values()} == {1}
         scraped = client.get("/metrics").get_data(as_text=True)  # an operator sees the backlog and its progress
         assert "acn_embedding_backlog 0.0" in scraped and f"acn_embedded_rows {float(len(rows))}" in scraped
+        assert "acn_store_write_lock_waits_behind_background " in scraped and "acn_store_write_lock_wait_seconds " \
+            in scraped
     finally:
         runtime.close()
+
+
+def test_a_request_write_goes_between_the_vector_writes_of_one_batch(
+        opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    # A request that writes while the worker is mid-batch waits for the few rows in hand, never for the whole
+    # batch: the worker holds write_order for WRITE_ROWS vectors at a time. Once the worker's first vectors are
+    # written, a request saves; the worker's next store call waits for that save to finish (bounded), which it
+    # can only do if the worker does not hold write_order across its calls. Before: the worker re-read and wrote
+    # the whole batch in one hold, and the save finished after every vector of the batch.
+    from storage import embedding_backlog
+
+    store, repository = opened
+    rows = 12  # three holds of WRITE_ROWS (4)
+    backlog = EmbeddingBacklog(repository, batch=rows)
+    repository.save("t", [memory(i, f"{TEXTS[i % len(TEXTS)]} #{i}") for i in range(rows)])
+    worker = threading.get_ident()
+    written: list[int] = []  # vectors written by the worker so far, as each of its writes returns
+    first_written, request_done = threading.Event(), threading.Event()
+    seen_by_request: list[int] = []
+
+    def request() -> None:
+        first_written.wait(30)
+        repository.save("t", [memory(100, "a request's row, written while the worker is mid-batch")])
+        seen_by_request.append(sum(written))
+        request_done.set()
+
+    def watched(name: str) -> None:
+        original = getattr(store, name)
+
+        def call(*args: object, **kwargs: object) -> object:
+            if threading.get_ident() == worker and first_written.is_set():
+                request_done.wait(10)  # the request runs now, unless the worker holds what it needs
+            result = original(*args, **kwargs)
+            if threading.get_ident() == worker and name in ("update_fields", "upsert") and \
+                    args[0] == repository.spec.name:
+                written.append(len(args[1]))  # type: ignore[arg-type]
+                first_written.set()
+            return result
+
+        setattr(store, name, call)
+
+    for name in ("query", "update_fields", "upsert", "insert", "search_text", "search_dense"):
+        watched(name)
+    thread = threading.Thread(target=request)
+    thread.start()
+    try:
+        assert backlog.run_once() == rows
+    finally:
+        first_written.set()
+        thread.join(30)
+    assert seen_by_request and seen_by_request[0] < rows, (seen_by_request, written)
+    assert max(written) <= embedding_backlog.WRITE_ROWS < rows
+    assert backlog.drain(timeout=30)
+    stored_rows = stored(repository)
+    assert len(stored_rows) == rows + 1 and {row[EMBEDDED_FIELD] for row in stored_rows.values()} == {1}
+
+
+def test_vector_writes_do_not_make_the_store_flush_but_requests_writes_do(tmp_path: Path) -> None:
+    # A Lite file is flushed in the pause after requests' writes. The worker's vector writes are flushed with
+    # those (or on the timer): before, each batch ended in a pause and a flush (15-300 ms holding the store's
+    # lock in front of requests, and one more small segment for Lite to compact).
+    store = MilvusStore(str(tmp_path / "memory.db"), flush_every=10_000, flush_interval=60.0).open()
+    try:
+        repository = MemoryRepository(store, prefix="bk", embedder=HashEmbedder(), embed_later=True)
+        repository.open()
+        backlog = EmbeddingBacklog(repository)
+        repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
+        deadline = time.monotonic() + 5.0
+        while store.unflushed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.unflushed == 0  # the request's rows: flushed in the pause after them
+        assert backlog.drain(timeout=30) and backlog.filled == len(TEXTS)
+        assert store.unflushed == len(TEXTS)
+        time.sleep(1.0)  # five times the pause after which a request's writes are flushed
+        assert store.unflushed == len(TEXTS)
+        repository.save("t", [memory(9, "a request's row")])
+        deadline = time.monotonic() + 5.0
+        while store.unflushed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.unflushed == 0  # the vectors went with the next requests' flush
+    finally:
+        store.close()
 
 
 def test_which_engines_take_partial_updates() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -199,6 +200,51 @@ def test_a_row_just_written_is_found_while_flushes_run(tmp_path: Path) -> None:
         thread.join()
         store.close()
     assert missed == []
+
+
+def test_a_request_write_goes_before_background_writes_waiting_for_the_lock(tmp_path: Path) -> None:
+    # Background work (the flusher, the embedding worker's vectors) takes the store's write lock only while no
+    # request waits for it: a request waits for the write in hand, never behind a queue of background writes.
+    # Here a background writer waits for the lock first and a request second; the request writes first (with a
+    # plain lock, the first waiter did).
+    store = MilvusStore(str(tmp_path / "memory.db"), flush_every=10_000, flush_interval=60.0).open()
+    try:
+        ns = Namespace(agent_id="a", session_id="s")
+        requests, background = repo_for(store), repo_for(store)
+        background_mode = getattr(store, "background", contextlib.nullcontext)
+        order: list[str] = []
+        holding, release = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with background_mode(), store._write_lock:
+                holding.set()
+                release.wait(10)
+
+        def background_write() -> None:
+            with background_mode():
+                memories_of(ns, ["背景写入"], background)
+            order.append("background")
+
+        def request_write() -> None:
+            memories_of(ns, ["请求写入"], requests)
+            order.append("request")
+
+        threads = [threading.Thread(target=holder), threading.Thread(target=background_write),
+                   threading.Thread(target=request_write)]
+        threads[0].start()
+        assert holding.wait(10)
+        threads[1].start()
+        time.sleep(0.3)  # the background writer now waits for the lock
+        threads[2].start()
+        time.sleep(0.3)  # and so does the request
+        release.set()
+        for thread in threads:
+            thread.join(30)
+        assert order == ["request", "background"]
+        stats = store.lock_stats()
+        assert stats["request_waits_behind_background"] == 1 and stats["background_holds"] >= 2
+    finally:
+        store.close()
 
 
 def test_a_distinct_search_keeps_one_copy_of_a_text_and_fills_its_limit_with_others(store: MilvusStore) -> None:
