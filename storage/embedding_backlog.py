@@ -224,12 +224,14 @@ class EmbeddingBacklog:
                 for _ in range(OPTIMISTIC_READS):
                     seen = _write_count(store, collection)
                     current = self._current(tenant, ids)
+                    _wait_for_writes(store)  # not to hold write_order while a flush holds the store's lock
                     with repository.write_order:
                         if _write_count(store, collection) == seen:
                             written = self._write(tenant, items, current)
                             break
             if written is None:
                 self.locked_reads += 1
+                _wait_for_writes(store)
                 with repository.write_order:
                     written = self._write(tenant, items, self._current(tenant, ids))
         if written and getattr(store, "is_server", False):
@@ -317,6 +319,12 @@ def _lower_priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
     except (AttributeError, OSError):  # not Linux, or not allowed: the embedding runs at normal priority
         pass
+
+
+def _wait_for_writes(store: Any) -> None:
+    wait = getattr(store, "wait_for_writes", None)
+    if callable(wait):
+        wait()
 
 
 def _write_count(store: Any, collection: str) -> int | None:

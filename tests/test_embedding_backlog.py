@@ -316,6 +316,50 @@ def test_a_request_write_goes_between_the_vector_writes_of_one_batch(
     assert len(stored_rows) == rows + 1 and {row[EMBEDDED_FIELD] for row in stored_rows.values()} == {1}
 
 
+def test_the_worker_does_not_hold_write_order_while_a_flush_holds_the_store(
+        opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    # A request waiting for write_order must not wait for a flush through the worker: the worker waits for the
+    # store's lock to be free before it takes write_order (before: it held write_order while waiting, 300 ms
+    # behind a flush on a loaded machine).
+    store, repository = opened
+    backlog = EmbeddingBacklog(repository)
+    repository.save("t", [memory(0, "the reconciliation timeout is 30 seconds")])
+    vector = HashEmbedder().embed("the reconciliation timeout is 30 seconds")
+    flushing, flushed, read = threading.Event(), threading.Event(), threading.Event()
+    original = store.query
+
+    def query(*args: object, **kwargs: object) -> object:
+        rows = original(*args, **kwargs)  # type: ignore[arg-type]
+        read.set()
+        return rows
+
+    def flush() -> None:  # as the flusher: the store's lock held in background mode
+        with store.background(), store._write_lock:
+            flushing.set()
+            flushed.wait(10)
+
+    store.query = query  # type: ignore[method-assign]
+    flusher = threading.Thread(target=flush)
+    flusher.start()
+    assert flushing.wait(10)
+    worker = threading.Thread(target=backlog.fill, args=("t", [("m0", "the reconciliation timeout is 30 seconds",
+                                                                  vector)]))
+    worker.start()
+    try:
+        assert read.wait(10)
+        time.sleep(0.3)  # the worker now waits for the store's lock
+        free = repository.write_order.acquire(blocking=False)
+        if free:
+            repository.write_order.release()
+    finally:
+        flushed.set()
+        flusher.join(10)
+        worker.join(10)
+        store.query = original  # type: ignore[method-assign]
+    assert free
+    assert stored(repository)["m0"][EMBEDDED_FIELD] == 1
+
+
 def test_vector_writes_do_not_make_the_store_flush_but_requests_writes_do(tmp_path: Path) -> None:
     # A Lite file is flushed in the pause after requests' writes. The worker's vector writes are flushed with
     # those (or on the timer): before, each batch ended in a pause and a flush (15-300 ms holding the store's
