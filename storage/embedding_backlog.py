@@ -18,7 +18,8 @@ the store's background mode: a request waiting for the store's write lock goes f
 make the store flush in the pause after each batch (MilvusStore.background).
 
 Safe against concurrent writers: a vector is written only to a row that still holds the text that was embedded
-and still waits (re-read by primary key right before the write), and only the vector and the flag are written
+and still waits (re-read by primary key right before the write's hold of write_order, and read again inside it if
+the store's write count for the collection moved meanwhile), and only the vector and the flag are written
 (a partial update: Milvus Lite 3, Milvus >= 2.6), so no other field can be set back. Within a process the
 re-read, the write and the in-process index update hold the repository's write_order, which every save holds
 too. Against a server another process may rewrite the row between the re-read and the write: after writing,
