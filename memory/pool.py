@@ -153,6 +153,31 @@ class DedupIndex:
                     if (memory := self.slots[slot]) is not None), key=lambda memory: memory.id)
         return top, best
 
+    def nearest_since(self, scope: str, kind: str, target: frozenset[str], floor: float,
+                      start: int) -> tuple[float, Known] | None:
+        """Return what `nearest` would among the slots from `start` on (the few a batch added), comparing sets.
+
+        Scores are computed as in `nearest` (2.0 · overlap / (|A| + |B|) in float64), so the two compare exactly.
+        """
+        best: tuple[float, Known] | None = None
+        if not target:
+            return None
+        for slot in range(start, len(self.slots)):
+            memory = self.slots[slot]
+            if memory is None or memory.scope != scope or memory.kind != kind:
+                continue
+            score = 2.0 * len(target & shingles(memory.content)) / (len(target) + self.sizes[slot])
+            if score > 0 and score >= floor and best_of(best, (score, memory)) is not best:
+                best = (score, memory)
+        return best
+
+
+def best_of(a: tuple[float, Known] | None, b: tuple[float, Known] | None) -> tuple[float, Known] | None:
+    """Return the better of two nearest answers: the higher score, between equal scores the greater id."""
+    if a is None or b is None:
+        return a or b
+    return b if (b[0], b[1].id) > (a[0], a[1].id) else a
+
 
 class Pool:
     """The live memories a batch can collide with, indexed once (DedupIndex); the batch's writes saved in one upsert.
@@ -172,6 +197,9 @@ class Pool:
         self.new_ids: set[str] = set()
         self.watermark: int | None = None  # load_shared: rows stamped since then are read again
         self.verify = False  # load_shared: memories answered with are confirmed in the store first
+        # id(item) -> (its nearest when the batch was prefetched, at which floor, the index's slot count then):
+        # `nearest` then compares the item only with what the batch added since (see there).
+        self.early: dict[int, tuple[tuple[float, Known] | None, float, int]] = {}
         for memory in loaded or []:
             self.index.add(memory)
 
@@ -232,18 +260,26 @@ class Pool:
     def prefetch(self, items: list[MemoryItem], floor: float) -> None:
         """Read in one query the full rows the batch will probably change (near-duplicates to update, keys to
         supersede), as they stand before the batch: `full` then finds them here instead of one query each."""
+        wanted = self.remember_nearest(items, floor) - self.pending.keys() - self.stored.keys()
+        if len(wanted) > 1:  # one is read by `full` as cheaply
+            self.stored.update((m.id, m) for m in self.memories.get_many(self.tenant, sorted(wanted))
+                               if not m.valid_to)
+
+    def remember_nearest(self, items: list[MemoryItem], floor: float) -> set[str]:
+        """Find each item's nearest once, before the batch writes (`nearest` starts from it); return the ids of
+        the memories the batch will probably read in full."""
         wanted: set[str] = set()
+        mark = len(self.index.slots)
+        self.early.clear()  # a kept pool's last batch: ids of its items may be reused by this one's
         for item in items:
             if item.key and item.kind in SUPERSEDING_KINDS:
                 wanted.update(m.id for m in self.index.same_key(item.scope, item.kind, item.key))
             found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            self.early[id(item)] = (found, floor, mark)
             # A shared pool confirms even an exact duplicate in the store (see verified): read those too.
             if found is not None and (self.verify or normalise(found[1].content) != normalise(item.content)):
                 wanted.add(found[1].id)
-        wanted -= self.pending.keys() | self.stored.keys()
-        if len(wanted) > 1:  # one is read by `full` as cheaply
-            self.stored.update((m.id, m) for m in self.memories.get_many(self.tenant, sorted(wanted))
-                               if not m.valid_to)
+        return wanted
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -265,9 +301,25 @@ class Pool:
     def nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
         """Return the most similar live memory of this item's scope and kind if its similarity reaches floor."""
         while True:
-            found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            found = self._nearest(item, floor)
             if found is None or self.verified(found[1].id):
                 return found
+
+    def _nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
+        """Return the index's nearest for the item, from its prefetched answer when that is still good.
+
+        Exact: slots are never changed, only added (a changed memory takes a new slot) and marked dead. So if the
+        memory prefetch found still lives at its slot, it is still the best of the slots that existed then (the
+        others can only have died), and only the slots added since need comparing; if it died, or the item was
+        not prefetched at this floor, the whole index is counted again.
+        """
+        target = shingles(item.content)
+        early = self.early.get(id(item))
+        if early is not None and early[1] == floor:
+            found, _, mark = early
+            if found is None or self.index.get(found[1].id) is found[1]:
+                return best_of(found, self.index.nearest_since(item.scope, item.kind, target, floor, mark))
+        return self.index.nearest(item.scope, item.kind, target, floor)
 
     def verified(self, memory_id: str) -> bool:
         """Return True unless the pool may be stale (load_shared) and the memory is no longer live in the store
@@ -311,6 +363,7 @@ class Pool:
 
     def park(self) -> None:
         """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
+        self.early.clear()
         if self.watermark is not None and not self.pending:
             self.stored.clear()
             self.memories.keep_shared(self.key, self)

@@ -44,3 +44,38 @@ def test_nearest_is_the_best_memory_reaching_the_floor(stored: list[tuple[str, s
     score, memory = found
     assert score == best
     assert memory.kind == kind and shingle_similarity(shingles(memory.content), shingles(text)) == best
+
+
+def brute_force_best(pool: list[Known], item: MemoryItem, floor: float) -> tuple[float, str] | None:
+    """Return (score, id) of the definition's answer: the best Dice reaching floor, ties to the greatest id."""
+    target = shingles(item.content)
+    scored = [(shingle_similarity(shingles(m.content), target), m.id) for m in pool
+              if m.scope == item.scope and m.kind == item.kind]
+    best = max((s for s in scored if s[0] > 0 and s[0] >= floor), default=None)
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored=st.lists(st.tuples(TEXTS, KINDS), max_size=20),
+       batch=st.lists(st.tuples(TEXTS, KINDS, st.sampled_from(["add", "update", "close"])), min_size=1, max_size=12),
+       floor=st.floats(min_value=0.5, max_value=1.0))
+def test_nearest_stays_exact_while_the_batch_changes_the_pool(stored: list[tuple[str, str]],
+                                                              batch: list[tuple[str, str, str]], floor: float) -> None:
+    # Each item's nearest is found once before the batch (remember_nearest); later items must still get the
+    # definition's answer after earlier ones added memories, updated the remembered one or closed it.
+    loaded = [Known(f"m{i:03d}", content, "session", kind_, None, 1)  # type: ignore[arg-type]
+              for i, (content, kind_) in enumerate(stored)]
+    pool = Pool(cast(MemoryRepository, None), "t", loaded)
+    items = [MemoryItem(kind=kind, content=text) for text, kind, _ in batch]  # type: ignore[arg-type]
+    pool.remember_nearest(items, floor)
+    for number, (item, (_, _, action)) in enumerate(zip(items, batch, strict=True)):
+        found = pool.nearest(item, floor)
+        expected = brute_force_best(pool.index.live(), item, floor)
+        assert (None if found is None else (found[0], found[1].id)) == expected
+        if action == "add" or found is None:
+            pool.index.add(Known(f"n{number:03d}", item.content, "session", item.kind, None, 1))
+        elif action == "update":
+            old = found[1]
+            pool.index.add(Known(old.id, item.content, old.scope, old.kind, None, old.version + 1))
+        else:
+            pool.index.remove(found[1].id)
