@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from typing import cast
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import memory.pool
 from memory.items import MemoryItem
 from memory.pool import Known, Pool
 from storage.memories import MemoryRepository
@@ -79,3 +81,27 @@ def test_nearest_stays_exact_while_the_batch_changes_the_pool(stored: list[tuple
             pool.index.add(Known(old.id, item.content, old.scope, old.kind, None, old.version + 1))
         else:
             pool.index.remove(found[1].id)
+
+
+LONG_TEXTS = st.text(alphabet="abcdefXY订单号", min_size=6, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored=st.lists(st.tuples(LONG_TEXTS, KINDS), max_size=30), text=LONG_TEXTS, kind=KINDS,
+       floor=st.floats(min_value=0.5, max_value=1.0), margin=st.sampled_from([0, 1, 4]),
+       cost=st.sampled_from([0, 10**6]))
+def test_nearest_is_exact_when_the_longest_postings_are_not_counted(stored: list[tuple[str, str]], text: str,
+                                                                    kind: str, floor: float, margin: int,
+                                                                    cost: int) -> None:
+    # Long texts over a small alphabet: the item's bigrams outnumber the margin, so the longest postings are skipped
+    # and the slots let through are counted from their own bigrams (margin 0: as many skipped as prefix filtering
+    # allows, the boundary where a slot sharing exactly `needed` bigrams must still be found). Cost 0: the exact
+    # count from the slots' own bigrams; a huge cost: by counting the skipped postings.
+    loaded = [Known(f"m{i:03d}", content, "session", kind_, None, 1)  # type: ignore[arg-type]
+              for i, (content, kind_) in enumerate(stored)]
+    pool = Pool(cast(MemoryRepository, None), "t", loaded)
+    pool.index.remove("m000")  # a dead slot stays in the postings and in the flat bigram array
+    item = MemoryItem(kind=kind, content=text)  # type: ignore[arg-type]
+    with patch.object(memory.pool, "SKIP_MARGIN", margin), patch.object(memory.pool, "OVERLAP_COST", cost):
+        found = pool.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+    assert (None if found is None else (found[0], found[1].id)) == brute_force_best(pool.index.live(), item, floor)
