@@ -56,15 +56,20 @@ def known(memory: Memory | dict[str, Any]) -> Known:
                  int(memory["version"]))
 
 
+def code_of(gram: str) -> int:
+    """Return a bigram (or the one character of a one-character text) as an int: two code points of 21 bits."""
+    return (ord(gram[0]) << 21) | (ord(gram[1]) if len(gram) > 1 else 0)
+
+
 class DedupIndex:
     """The live memories of a namespace by slot, with postings of character bigrams and a map of keys.
 
     Exact at any size: `nearest` returns what comparing the item with every live memory of its scope and kind
     would (tests/test_memory_write_pool.py checks it against that definition). The postings of the item's bigrams
     are counted at once (numpy): a slot's count is its overlap with the item, so its Dice follows from the two
-    sizes with no set compared. Postings are arrays of int32 slots (4 bytes an entry: a 100k-memory namespace's
-    index is tens of MB, not the hundreds a set of ids per bigram takes); a changed memory gets a new slot and its
-    old one is marked dead (updates are rare next to adds; a reload starts clean).
+    sizes with no set compared. Bigrams are ints (code_of); postings are arrays of int32 slots (4 bytes an entry:
+    a 100k-memory namespace's index is tens of MB, not the hundreds a set of ids per bigram takes); a changed
+    memory gets a new slot and its old one is marked dead (updates are rare next to adds; a reload starts clean).
     """
 
     def __init__(self) -> None:
@@ -72,12 +77,11 @@ class DedupIndex:
         self.slot_of: dict[str, int] = {}
         self.sizes = array("i")  # bigrams per slot
         self.alive = bytearray()  # 1 per live slot
-        self.groups: dict[tuple[str, str], dict[str, array[int]]] = {}  # (scope, kind) -> bigram -> slots
+        self.groups: dict[tuple[str, str], dict[int, array[int]]] = {}  # (scope, kind) -> bigram -> slots
         self.keyed: dict[tuple[str, str, str], set[str]] = {}
-        # Each slot's own bigrams, as ids (vocab) in one flat array from starts[slot], sizes[slot] long: the exact
-        # overlap of the few slots `nearest` lets through, without counting the longest postings.
-        self.vocab: dict[str, int] = {}
-        self.codes = array("i")
+        # Each slot's own bigrams in one flat array, from starts[slot], sizes[slot] long: the exact overlap of the
+        # few slots `nearest` lets through, without counting the longest postings.
+        self.codes = array("q")
         self.starts = array("q")
         self.chars = 0  # content characters held, for the byte estimate
         self.entries = 0  # posting entries
@@ -87,8 +91,7 @@ class DedupIndex:
 
     def nbytes(self) -> int:
         """Return an estimate of the memory the index holds (the read cache's byte budget counts it)."""
-        return (208 * len(self.slots) + 2 * self.chars + 8 * self.entries + 150 * sum(map(len, self.groups.values()))
-                + 100 * len(self.vocab))
+        return 208 * len(self.slots) + 2 * self.chars + 12 * self.entries + 150 * sum(map(len, self.groups.values()))
 
     def get(self, memory_id: str) -> Known | None:
         slot = self.slot_of.get(memory_id)
@@ -101,27 +104,70 @@ class DedupIndex:
         if self.get(memory.id) == memory:  # read again unchanged (a shared pool's update): nothing to do
             return
         self.remove(memory.id)
-        grams = shingles(memory.content)
+        codes = sorted(map(code_of, shingles(memory.content)))
         slot = len(self.slots)
-        self.slots.append(memory)
-        self.slot_of[memory.id] = slot
-        self.sizes.append(len(grams))
-        self.starts.append(len(self.codes))
-        vocab = self.vocab
-        self.codes.extend([vocab.setdefault(gram, len(vocab)) for gram in grams])
-        self.alive.append(1)
-        self.chars += len(memory.content)
-        self.entries += len(grams)
+        self._slot(memory, len(codes), len(self.codes))
+        self.codes.extend(codes)
         postings = self.groups.get((memory.scope, memory.kind))
         if postings is None:
             postings = self.groups[(memory.scope, memory.kind)] = {}
-        for gram in grams:
-            posting = postings.get(gram)
+        for code in codes:
+            posting = postings.get(code)
             if posting is None:
-                postings[gram] = posting = array("i")
+                postings[code] = posting = array("i")
             posting.append(slot)
+
+    def _slot(self, memory: Known, size: int, start: int) -> None:
+        self.slot_of[memory.id] = len(self.slots)
+        self.slots.append(memory)
+        self.sizes.append(size)
+        self.starts.append(start)
+        self.alive.append(1)
+        self.chars += len(memory.content)
+        self.entries += size
         if memory.key:
             self.keyed.setdefault((memory.scope, memory.kind, memory.key), set()).add(memory.id)
+
+    def add_all(self, memories: list[Known]) -> None:
+        """Add memories as `add` would one by one, the bigrams of all computed at once (a 100k-memory load: ~1 s
+        less than one by one). Into an empty index, of distinct ids; otherwise one by one."""
+        if self.slots or len({m.id for m in memories}) != len(memories) or len(memories) >= 1 << 21:
+            for memory in memories:
+                self.add(memory)
+            return
+        if not memories:
+            return
+        folded = [normalise(m.content) for m in memories]  # as shingles() folds
+        lengths = np.fromiter(map(len, folded), dtype=np.int64, count=len(folded))
+        chars = np.frombuffer("".join(folded).encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.int64)
+        ends = np.cumsum(lengths)
+        row_of = np.repeat(np.arange(len(folded)), lengths)
+        starts_pair = np.ones(len(chars), dtype=bool)  # a character followed by one of the same text
+        starts_pair[ends[lengths > 0] - 1] = False
+        at = np.flatnonzero(starts_pair)
+        single = np.flatnonzero(lengths == 1)  # a one-character text: the character itself
+        rows = np.concatenate((row_of[at], single))
+        codes = np.concatenate(((chars[at] << 21) | chars[at + 1], chars[ends[single] - 1] << 21))
+        # By text, then bigram, each once (a text's bigrams are a set): one int64 key, rows < 2^21, codes < 2^42.
+        keys = np.sort((rows << 42) | codes)
+        keys = keys[np.concatenate((keys[:1] == keys[:1], keys[1:] != keys[:-1]))]
+        rows, codes = keys >> 42, keys & ((1 << 42) - 1)
+        sizes = np.bincount(rows, minlength=len(memories))
+        for memory, size, start in zip(memories, sizes.tolist(), (np.cumsum(sizes) - sizes).tolist(), strict=True):
+            self._slot(memory, size, start)
+        self.codes.frombytes(codes.tobytes())
+        group_keys = {key: number for number, key in enumerate(dict.fromkeys((m.scope, m.kind) for m in memories))}
+        postings_of = [self.groups.setdefault(key, {}) for key in group_keys]
+        if not len(codes):
+            return
+        groups = np.array([group_keys[(m.scope, m.kind)] for m in memories], dtype=np.int64)[rows]
+        postings = (groups << 42) | codes
+        order = np.argsort(postings, kind="stable")  # by group, then bigram; slots stay ascending (stable)
+        postings, entries = postings[order], rows[order].astype(np.int32).tobytes()
+        bounds = np.flatnonzero(postings[1:] != postings[:-1]) + 1
+        firsts, lasts = [0, *bounds.tolist()], [*bounds.tolist(), len(postings)]
+        for first, last, key in zip(firsts, lasts, postings[firsts].tolist(), strict=True):
+            postings_of[key >> 42][key & ((1 << 42) - 1)] = array("i", entries[4 * first: 4 * last])
 
     def remove(self, memory_id: str) -> None:
         slot = self.slot_of.pop(memory_id, None)
@@ -148,7 +194,7 @@ class DedupIndex:
         postings = self.groups.get((scope, kind))
         if not target or postings is None:
             return None
-        found = [p for p in map(postings.get, target) if p is not None]
+        found = [p for p in map(postings.get, map(code_of, target)) if p is not None]
         # Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A| bigrams.
         needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
         if len(found) < needed:
@@ -189,14 +235,15 @@ class DedupIndex:
 
     def overlap(self, slots: np.ndarray, target: frozenset[str]) -> np.ndarray:
         """Return how many of the target's bigrams each slot holds (slots: ascending, each with bigrams)."""
-        wanted = np.zeros(len(self.vocab), dtype=bool)
-        wanted[[code for gram in target if (code := self.vocab.get(gram)) is not None]] = True
+        wanted = np.array(sorted(map(code_of, target)), dtype=np.int64)
         lengths = np.frombuffer(self.sizes, dtype=np.int32)[slots].astype(np.int64)
         ends = np.cumsum(lengths)
         # Each slot's bigrams are contiguous from starts[slot]: gather them all at once.
         gathered = np.repeat(np.frombuffer(self.starts, dtype=np.int64)[slots] - (ends - lengths), lengths) \
             + np.arange(int(ends[-1]))
-        held = np.cumsum(wanted[np.frombuffer(self.codes, dtype=np.int32)[gathered]], dtype=np.int64)
+        codes = np.frombuffer(self.codes, dtype=np.int64)[gathered]
+        at = np.minimum(np.searchsorted(wanted, codes), len(wanted) - 1)
+        held = np.cumsum(wanted[at] == codes, dtype=np.int64)
         return held[ends - 1] - np.concatenate(([0], held[ends[:-1] - 1]))
 
     def nearest_since(self, scope: str, kind: str, target: frozenset[str], floor: float,
@@ -246,8 +293,7 @@ class Pool:
         # id(item) -> (its nearest when the batch was prefetched, at which floor, the index's slot count then):
         # `nearest` then compares the item only with what the batch added since (see there).
         self.early: dict[int, tuple[tuple[float, Known] | None, float, int]] = {}
-        for memory in loaded or []:
-            self.index.add(memory)
+        self.index.add_all(loaded or [])
 
     @property
     def live(self) -> dict[str, Known]:

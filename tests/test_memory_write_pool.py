@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import memory.pool
 from memory.items import MemoryItem
-from memory.pool import Known, Pool
+from memory.pool import DedupIndex, Known, Pool
 from storage.memories import MemoryRepository
 from text.similarity import shingle_similarity, shingles
 
@@ -105,3 +105,31 @@ def test_nearest_is_exact_when_the_longest_postings_are_not_counted(stored: list
     with patch.object(memory.pool, "SKIP_MARGIN", margin), patch.object(memory.pool, "OVERLAP_COST", cost):
         found = pool.index.nearest(item.scope, item.kind, shingles(item.content), floor)
     assert (None if found is None else (found[0], found[1].id)) == brute_force_best(pool.index.live(), item, floor)
+
+
+# Texts that fold to nothing, to one character, or change under NFKC and case folding.
+ODD_TEXTS = st.one_of(TEXTS, st.text(max_size=12), st.sampled_from(["", "!", "Ａ", "a", "，。", "ﬁ", "ß"]))
+
+
+def structure(index: DedupIndex) -> tuple[object, ...]:
+    """Return what an index holds, slot by slot (each slot's bigrams as a set)."""
+    codes = [frozenset(index.codes[index.starts[slot]: index.starts[slot] + index.sizes[slot]])
+             for slot in range(len(index.slots))]
+    postings = {group: {code: list(slots) for code, slots in postings.items()}
+                for group, postings in index.groups.items()}
+    return (index.slots, index.slot_of, list(index.sizes), bytes(index.alive), codes, postings, index.keyed,
+            index.chars, index.entries)
+
+
+@settings(max_examples=300, deadline=None)
+@given(memories=st.lists(st.tuples(ODD_TEXTS,
+                                   KINDS, st.sampled_from([None, "k1", "k2"])), max_size=25))
+def test_an_index_loaded_at_once_is_the_index_built_one_by_one(memories: list[tuple[str, str, str | None]]) -> None:
+    # A pool's load computes every text's bigrams at once (add_all, numpy); `add` computes one text's (shingles).
+    loaded = [Known(f"m{i:03d}", content, "session", kind, key, 1)  # type: ignore[arg-type]
+              for i, (content, kind, key) in enumerate(memories)]
+    at_once, one_by_one = DedupIndex(), DedupIndex()
+    at_once.add_all(loaded)
+    for each in loaded:
+        one_by_one.add(each)
+    assert structure(at_once) == structure(one_by_one)
