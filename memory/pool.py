@@ -194,7 +194,8 @@ class DedupIndex:
         postings = self.groups.get((scope, kind))
         if not target or postings is None:
             return None
-        found = [p for p in map(postings.get, map(code_of, target)) if p is not None]
+        codes = [code_of(gram) for gram in target]
+        found = [p for p in map(postings.get, codes) if p is not None]
         # Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A| bigrams.
         needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
         if len(found) < needed:
@@ -214,7 +215,7 @@ class DedupIndex:
             # Exact overlaps: from the slots' own bigrams, or by counting the rest when that is cheaper.
             rest = found[len(found) - skip:]
             if OVERLAP_COST * len(slots) * len(target) < sum(map(len, rest)):
-                overlap = self.overlap(slots, target)
+                overlap = self.overlap(slots, codes)
             else:
                 rest_tally = np.bincount(np.frombuffer(b"".join(rest), dtype=np.int32), minlength=len(tally))
                 overlap = tally[slots] + rest_tally[slots]
@@ -233,9 +234,9 @@ class DedupIndex:
                     if (memory := self.slots[slot]) is not None), key=lambda memory: memory.id)
         return top, best
 
-    def overlap(self, slots: np.ndarray, target: frozenset[str]) -> np.ndarray:
-        """Return how many of the target's bigrams each slot holds (slots: ascending, each with bigrams)."""
-        wanted = np.array(sorted(map(code_of, target)), dtype=np.int64)
+    def overlap(self, slots: np.ndarray, target: list[int]) -> np.ndarray:
+        """Return how many of the target's bigrams (code_of) each slot holds (slots: ascending, each with bigrams)."""
+        wanted = np.array(sorted(target), dtype=np.int64)
         lengths = np.frombuffer(self.sizes, dtype=np.int32)[slots].astype(np.int64)
         ends = np.cumsum(lengths)
         # Each slot's bigrams are contiguous from starts[slot]: gather them all at once.
