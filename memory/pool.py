@@ -44,6 +44,7 @@ KNOWN_FIELDS = ["id", "content", "scope", "kind", "key", "version"]
 # OVERLAP_COST entries counted.
 SKIP_MARGIN = 8
 OVERLAP_COST = 4
+SKIP_FROM = 16_384  # posting entries below which counting them all is cheaper (numpy's fixed costs, measured)
 # How long a row may take from its stamp (now_ms) to landing in the store, for pools other processes write to.
 WRITE_LAG_MS = 5_000
 
@@ -205,7 +206,7 @@ class DedupIndex:
         # in a large namespace) are not counted; the slots that reach needed − k on the rest get their overlap
         # counted exactly from their own bigrams.
         found.sort(key=len)
-        skip = max(0, needed - 1 - SKIP_MARGIN)
+        skip = max(0, needed - 1 - SKIP_MARGIN) if sum(map(len, found)) >= SKIP_FROM else 0
         counted = found[:len(found) - skip]
         tally = np.bincount(np.frombuffer(b"".join(counted), dtype=np.int32))  # join: one copy, no array per posting
         slots = np.flatnonzero(tally >= needed - skip)

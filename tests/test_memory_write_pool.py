@@ -102,7 +102,8 @@ def test_nearest_is_exact_when_the_longest_postings_are_not_counted(stored: list
     pool = Pool(cast(MemoryRepository, None), "t", loaded)
     pool.index.remove("m000")  # a dead slot stays in the postings and in the flat bigram array
     item = MemoryItem(kind=kind, content=text)  # type: ignore[arg-type]
-    with patch.object(memory.pool, "SKIP_MARGIN", margin), patch.object(memory.pool, "OVERLAP_COST", cost):
+    with patch.object(memory.pool, "SKIP_MARGIN", margin), patch.object(memory.pool, "OVERLAP_COST", cost), \
+            patch.object(memory.pool, "SKIP_FROM", 0):
         found = pool.index.nearest(item.scope, item.kind, shingles(item.content), floor)
     assert (None if found is None else (found[0], found[1].id)) == brute_force_best(pool.index.live(), item, floor)
 
@@ -133,3 +134,16 @@ def test_an_index_loaded_at_once_is_the_index_built_one_by_one(memories: list[tu
     for each in loaded:
         one_by_one.add(each)
     assert structure(at_once) == structure(one_by_one)
+
+
+def test_skipping_one_posting_more_than_prefix_filtering_allows_would_answer_another_kind() -> None:
+    # "abcdefghij" has 9 bigrams; at 0.9 a match needs 8 of them, so at most 7 postings may go uncounted. Skipping 8
+    # would let every slot through, the identical memory of another kind included (counted from its own bigrams).
+    loaded = [Known("m000", "abcdefghij", "session", "preference", None, 1),
+              Known("m001", "abcdefghiXj", "session", "fact", None, 1),  # 8 of the 9 bigrams: Dice 0.84
+              Known("m002", "ijklmnop", "session", "fact", None, 1)]  # the ninth
+    pool = Pool(cast(MemoryRepository, None), "t", loaded)
+    with patch.object(memory.pool, "SKIP_MARGIN", 0), patch.object(memory.pool, "SKIP_FROM", 0), \
+            patch.object(memory.pool, "OVERLAP_COST", 0):  # the let-through slots counted from their own bigrams
+        assert pool.index.nearest("session", "fact", shingles("abcdefghij"), 0.9) is None
+        assert pool.index.nearest("session", "fact", shingles("abcdefghiXj"), 0.9) == (1.0, loaded[1])
