@@ -38,6 +38,13 @@ class Known:
 
 
 KNOWN_FIELDS = ["id", "content", "scope", "kind", "key", "version"]
+# DedupIndex.nearest leaves the item's longest postings uncounted: this many fewer than prefix filtering allows
+# (fewer uncounted let fewer slots through to the exact count; 6–8 measured best, 1.5–2× faster than counting every
+# posting at 100k memories, bench/results/namespace.md). An entry gathered for that exact count costs about
+# OVERLAP_COST entries counted.
+SKIP_MARGIN = 8
+OVERLAP_COST = 4
+SKIP_FROM = 16_384  # posting entries below which counting them all is cheaper (numpy's fixed costs, measured)
 # How long a row may take from its stamp (now_ms) to landing in the store, for pools other processes write to.
 WRITE_LAG_MS = 5_000
 
@@ -50,15 +57,20 @@ def known(memory: Memory | dict[str, Any]) -> Known:
                  int(memory["version"]))
 
 
+def code_of(gram: str) -> int:
+    """Return a bigram (or the one character of a one-character text) as an int: two code points of 21 bits."""
+    return (ord(gram[0]) << 21) | (ord(gram[1]) if len(gram) > 1 else 0)
+
+
 class DedupIndex:
     """The live memories of a namespace by slot, with postings of character bigrams and a map of keys.
 
     Exact at any size: `nearest` returns what comparing the item with every live memory of its scope and kind
     would (tests/test_memory_write_pool.py checks it against that definition). The postings of the item's bigrams
     are counted at once (numpy): a slot's count is its overlap with the item, so its Dice follows from the two
-    sizes with no set compared. Postings are arrays of int32 slots (4 bytes an entry: a 100k-memory namespace's
-    index is tens of MB, not the hundreds a set of ids per bigram takes); a changed memory gets a new slot and its
-    old one is marked dead (updates are rare next to adds; a reload starts clean).
+    sizes with no set compared. Bigrams are ints (code_of); postings are arrays of int32 slots (4 bytes an entry:
+    a 100k-memory namespace's index is tens of MB, not the hundreds a set of ids per bigram takes); a changed
+    memory gets a new slot and its old one is marked dead (updates are rare next to adds; a reload starts clean).
     """
 
     def __init__(self) -> None:
@@ -66,8 +78,12 @@ class DedupIndex:
         self.slot_of: dict[str, int] = {}
         self.sizes = array("i")  # bigrams per slot
         self.alive = bytearray()  # 1 per live slot
-        self.groups: dict[tuple[str, str], dict[str, array[int]]] = {}  # (scope, kind) -> bigram -> slots
+        self.groups: dict[tuple[str, str], dict[int, array[int]]] = {}  # (scope, kind) -> bigram -> slots
         self.keyed: dict[tuple[str, str, str], set[str]] = {}
+        # Each slot's own bigrams in one flat array, from starts[slot], sizes[slot] long: the exact overlap of the
+        # few slots `nearest` lets through, without counting the longest postings.
+        self.codes = array("q")
+        self.starts = array("q")
         self.chars = 0  # content characters held, for the byte estimate
         self.entries = 0  # posting entries
 
@@ -76,7 +92,7 @@ class DedupIndex:
 
     def nbytes(self) -> int:
         """Return an estimate of the memory the index holds (the read cache's byte budget counts it)."""
-        return 200 * len(self.slots) + 2 * self.chars + 4 * self.entries + 150 * sum(map(len, self.groups.values()))
+        return 208 * len(self.slots) + 2 * self.chars + 12 * self.entries + 150 * sum(map(len, self.groups.values()))
 
     def get(self, memory_id: str) -> Known | None:
         slot = self.slot_of.get(memory_id)
@@ -89,24 +105,70 @@ class DedupIndex:
         if self.get(memory.id) == memory:  # read again unchanged (a shared pool's update): nothing to do
             return
         self.remove(memory.id)
-        grams = shingles(memory.content)
+        codes = sorted(map(code_of, shingles(memory.content)))
         slot = len(self.slots)
-        self.slots.append(memory)
-        self.slot_of[memory.id] = slot
-        self.sizes.append(len(grams))
-        self.alive.append(1)
-        self.chars += len(memory.content)
-        self.entries += len(grams)
+        self._slot(memory, len(codes), len(self.codes))
+        self.codes.extend(codes)
         postings = self.groups.get((memory.scope, memory.kind))
         if postings is None:
             postings = self.groups[(memory.scope, memory.kind)] = {}
-        for gram in grams:
-            posting = postings.get(gram)
+        for code in codes:
+            posting = postings.get(code)
             if posting is None:
-                postings[gram] = posting = array("i")
+                postings[code] = posting = array("i")
             posting.append(slot)
+
+    def _slot(self, memory: Known, size: int, start: int) -> None:
+        self.slot_of[memory.id] = len(self.slots)
+        self.slots.append(memory)
+        self.sizes.append(size)
+        self.starts.append(start)
+        self.alive.append(1)
+        self.chars += len(memory.content)
+        self.entries += size
         if memory.key:
             self.keyed.setdefault((memory.scope, memory.kind, memory.key), set()).add(memory.id)
+
+    def add_all(self, memories: list[Known]) -> None:
+        """Add memories as `add` would one by one, the bigrams of all computed at once (a 100k-memory load: ~1 s
+        less than one by one). Into an empty index, of distinct ids; otherwise one by one."""
+        if self.slots or len({m.id for m in memories}) != len(memories) or len(memories) >= 1 << 21:
+            for memory in memories:
+                self.add(memory)
+            return
+        if not memories:
+            return
+        folded = [normalise(m.content) for m in memories]  # as shingles() folds
+        lengths = np.fromiter(map(len, folded), dtype=np.int64, count=len(folded))
+        chars = np.frombuffer("".join(folded).encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.int64)
+        ends = np.cumsum(lengths)
+        row_of = np.repeat(np.arange(len(folded)), lengths)
+        starts_pair = np.ones(len(chars), dtype=bool)  # a character followed by one of the same text
+        starts_pair[ends[lengths > 0] - 1] = False
+        at = np.flatnonzero(starts_pair)
+        single = np.flatnonzero(lengths == 1)  # a one-character text: the character itself
+        rows = np.concatenate((row_of[at], single))
+        codes = np.concatenate(((chars[at] << 21) | chars[at + 1], chars[ends[single] - 1] << 21))
+        # By text, then bigram, each once (a text's bigrams are a set): one int64 key, rows < 2^21, codes < 2^42.
+        keys = np.sort((rows << 42) | codes)
+        keys = keys[np.concatenate((keys[:1] == keys[:1], keys[1:] != keys[:-1]))]
+        rows, codes = keys >> 42, keys & ((1 << 42) - 1)
+        sizes = np.bincount(rows, minlength=len(memories))
+        for memory, size, start in zip(memories, sizes.tolist(), (np.cumsum(sizes) - sizes).tolist(), strict=True):
+            self._slot(memory, size, start)
+        self.codes.frombytes(codes.tobytes())
+        group_keys = {key: number for number, key in enumerate(dict.fromkeys((m.scope, m.kind) for m in memories))}
+        postings_of = [self.groups.setdefault(key, {}) for key in group_keys]
+        if not len(codes):
+            return
+        groups = np.array([group_keys[(m.scope, m.kind)] for m in memories], dtype=np.int64)[rows]
+        postings = (groups << 42) | codes
+        order = np.argsort(postings, kind="stable")  # by group, then bigram; slots stay ascending (stable)
+        postings, entries = postings[order], rows[order].astype(np.int32).tobytes()
+        bounds = np.flatnonzero(postings[1:] != postings[:-1]) + 1
+        firsts, lasts = [0, *bounds.tolist()], [*bounds.tolist(), len(postings)]
+        for first, last, key in zip(firsts, lasts, postings[firsts].tolist(), strict=True):
+            postings_of[key >> 42][key & ((1 << 42) - 1)] = array("i", entries[4 * first: 4 * last])
 
     def remove(self, memory_id: str) -> None:
         slot = self.slot_of.pop(memory_id, None)
@@ -133,16 +195,36 @@ class DedupIndex:
         postings = self.groups.get((scope, kind))
         if not target or postings is None:
             return None
-        found = [p for p in map(postings.get, target) if p is not None]
+        codes = [code_of(gram) for gram in target]
+        found = [p for p in map(postings.get, codes) if p is not None]
         # Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A| bigrams.
         needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
         if len(found) < needed:
             return None
-        tally = np.bincount(np.frombuffer(b"".join(found), dtype=np.int32))  # join: one copy, no array per posting
-        slots = np.flatnonzero(tally >= needed)
+        # Prefix filtering (Chaudhuri et al., 2006): a slot sharing `needed` of the item's bigrams shares at least
+        # needed − k of them outside any k. So the k longest postings (the commonest bigrams, most of the entries
+        # in a large namespace) are not counted; the slots that reach needed − k on the rest get their overlap
+        # counted exactly from their own bigrams.
+        found.sort(key=len)
+        skip = max(0, needed - 1 - SKIP_MARGIN) if sum(map(len, found)) >= SKIP_FROM else 0
+        counted = found[:len(found) - skip]
+        tally = np.bincount(np.frombuffer(b"".join(counted), dtype=np.int32))  # join: one copy, no array per posting
+        slots = np.flatnonzero(tally >= needed - skip)
         if not len(slots):
             return None
-        overlap = tally[slots]
+        if skip:
+            # Exact overlaps: from the slots' own bigrams, or by counting the rest when that is cheaper.
+            rest = found[len(found) - skip:]
+            if OVERLAP_COST * len(slots) * len(target) < sum(map(len, rest)):
+                overlap = self.overlap(slots, codes)
+            else:
+                rest_tally = np.bincount(np.frombuffer(b"".join(rest), dtype=np.int32), minlength=len(tally))
+                overlap = tally[slots] + rest_tally[slots]
+            slots, overlap = slots[overlap >= needed], overlap[overlap >= needed]
+            if not len(slots):
+                return None
+        else:
+            overlap = tally[slots]
         sizes = np.frombuffer(self.sizes, dtype=np.int32)[slots]
         alive = np.frombuffer(self.alive, dtype=np.uint8)[slots]
         scores = np.where(alive == 1, 2.0 * overlap / (len(target) + sizes), 0.0)
@@ -152,6 +234,44 @@ class DedupIndex:
         best = max((memory for slot in slots[scores == top].tolist()
                     if (memory := self.slots[slot]) is not None), key=lambda memory: memory.id)
         return top, best
+
+    def overlap(self, slots: np.ndarray, target: list[int]) -> np.ndarray:
+        """Return how many of the target's bigrams (code_of) each slot holds (slots: ascending, each with bigrams)."""
+        wanted = np.array(sorted(target), dtype=np.int64)
+        lengths = np.frombuffer(self.sizes, dtype=np.int32)[slots].astype(np.int64)
+        ends = np.cumsum(lengths)
+        # Each slot's bigrams are contiguous from starts[slot]: gather them all at once.
+        gathered = np.repeat(np.frombuffer(self.starts, dtype=np.int64)[slots] - (ends - lengths), lengths) \
+            + np.arange(int(ends[-1]))
+        codes = np.frombuffer(self.codes, dtype=np.int64)[gathered]
+        at = np.minimum(np.searchsorted(wanted, codes), len(wanted) - 1)
+        held = np.cumsum(wanted[at] == codes, dtype=np.int64)
+        return held[ends - 1] - np.concatenate(([0], held[ends[:-1] - 1]))
+
+    def nearest_since(self, scope: str, kind: str, target: frozenset[str], floor: float,
+                      start: int) -> tuple[float, Known] | None:
+        """Return what `nearest` would among the slots from `start` on (the few a batch added), comparing sets.
+
+        Scores are computed as in `nearest` (2.0 · overlap / (|A| + |B|) in float64), so the two compare exactly.
+        """
+        best: tuple[float, Known] | None = None
+        if not target:
+            return None
+        for slot in range(start, len(self.slots)):
+            memory = self.slots[slot]
+            if memory is None or memory.scope != scope or memory.kind != kind:
+                continue
+            score = 2.0 * len(target & shingles(memory.content)) / (len(target) + self.sizes[slot])
+            if score > 0 and score >= floor and best_of(best, (score, memory)) is not best:
+                best = (score, memory)
+        return best
+
+
+def best_of(a: tuple[float, Known] | None, b: tuple[float, Known] | None) -> tuple[float, Known] | None:
+    """Return the better of two nearest answers: the higher score, between equal scores the greater id."""
+    if a is None or b is None:
+        return a or b
+    return b if (b[0], b[1].id) > (a[0], a[1].id) else a
 
 
 class Pool:
@@ -172,8 +292,10 @@ class Pool:
         self.new_ids: set[str] = set()
         self.watermark: int | None = None  # load_shared: rows stamped since then are read again
         self.verify = False  # load_shared: memories answered with are confirmed in the store first
-        for memory in loaded or []:
-            self.index.add(memory)
+        # id(item) -> (its nearest when the batch was prefetched, at which floor, the index's slot count then):
+        # `nearest` then compares the item only with what the batch added since (see there).
+        self.early: dict[int, tuple[tuple[float, Known] | None, float, int]] = {}
+        self.index.add_all(loaded or [])
 
     @property
     def live(self) -> dict[str, Known]:
@@ -232,18 +354,26 @@ class Pool:
     def prefetch(self, items: list[MemoryItem], floor: float) -> None:
         """Read in one query the full rows the batch will probably change (near-duplicates to update, keys to
         supersede), as they stand before the batch: `full` then finds them here instead of one query each."""
+        wanted = self.remember_nearest(items, floor) - self.pending.keys() - self.stored.keys()
+        if len(wanted) > 1:  # one is read by `full` as cheaply
+            self.stored.update((m.id, m) for m in self.memories.get_many(self.tenant, sorted(wanted))
+                               if not m.valid_to)
+
+    def remember_nearest(self, items: list[MemoryItem], floor: float) -> set[str]:
+        """Find each item's nearest once, before the batch writes (`nearest` starts from it); return the ids of
+        the memories the batch will probably read in full."""
         wanted: set[str] = set()
+        mark = len(self.index.slots)
+        self.early.clear()  # a kept pool's last batch: ids of its items may be reused by this one's
         for item in items:
             if item.key and item.kind in SUPERSEDING_KINDS:
                 wanted.update(m.id for m in self.index.same_key(item.scope, item.kind, item.key))
             found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            self.early[id(item)] = (found, floor, mark)
             # A shared pool confirms even an exact duplicate in the store (see verified): read those too.
             if found is not None and (self.verify or normalise(found[1].content) != normalise(item.content)):
                 wanted.add(found[1].id)
-        wanted -= self.pending.keys() | self.stored.keys()
-        if len(wanted) > 1:  # one is read by `full` as cheaply
-            self.stored.update((m.id, m) for m in self.memories.get_many(self.tenant, sorted(wanted))
-                               if not m.valid_to)
+        return wanted
 
     def full(self, memory_id: str) -> Memory:
         """Return the complete memory (as this batch left it, else as stored)."""
@@ -265,9 +395,25 @@ class Pool:
     def nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
         """Return the most similar live memory of this item's scope and kind if its similarity reaches floor."""
         while True:
-            found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+            found = self._nearest(item, floor)
             if found is None or self.verified(found[1].id):
                 return found
+
+    def _nearest(self, item: MemoryItem, floor: float) -> tuple[float, Known] | None:
+        """Return the index's nearest for the item, from its prefetched answer when that is still good.
+
+        Exact: slots are never changed, only added (a changed memory takes a new slot) and marked dead. So if the
+        memory prefetch found still lives at its slot, it is still the best of the slots that existed then (the
+        others can only have died), and only the slots added since need comparing; if it died, or the item was
+        not prefetched at this floor, the whole index is counted again.
+        """
+        target = shingles(item.content)
+        early = self.early.get(id(item))
+        if early is not None and early[1] == floor:
+            found, _, mark = early
+            if found is None or self.index.get(found[1].id) is found[1]:
+                return best_of(found, self.index.nearest_since(item.scope, item.kind, target, floor, mark))
+        return self.index.nearest(item.scope, item.kind, target, floor)
 
     def verified(self, memory_id: str) -> bool:
         """Return True unless the pool may be stale (load_shared) and the memory is no longer live in the store
@@ -311,6 +457,7 @@ class Pool:
 
     def park(self) -> None:
         """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
+        self.early.clear()
         if self.watermark is not None and not self.pending:
             self.stored.clear()
             self.memories.keep_shared(self.key, self)

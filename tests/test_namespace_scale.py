@@ -216,3 +216,30 @@ def test_a_dedup_pool_kept_against_a_server_sees_what_other_processes_wrote_and_
     finally:
         first_store.close()
         second_store.close()
+
+
+def test_rows_are_read_by_primary_key_alone_and_stay_within_their_tenant(tmp_path: Path) -> None:
+    # Lite scans the whole collection for any clause but `id in [...]` (~0.4 s at 100k rows, once per write batch
+    # that updates): the repository's reads by id send the primary-key lookup alone and check the tenant itself.
+    store = MilvusStore(str(tmp_path / "pk.db")).open()
+    memories = MemoryRepository(store, prefix="pk", embedder=None)
+    memories.open()
+    try:
+        mine, theirs = filler(1), filler(2)
+        memories.save(DEFAULT_TENANT, [mine])
+        memories.save("other-tenant", [theirs])
+        filters: list[str] = []
+        query = store.query
+
+        def recorded(collection: str, where: Filter, **kwargs: Any) -> list[dict[str, Any]]:
+            filters.append(where.template)
+            return query(collection, where, **kwargs)
+
+        store.query = recorded  # type: ignore[method-assign]
+        assert [m.id for m in memories.get_many(DEFAULT_TENANT, [mine.id, theirs.id])] == [mine.id]
+        assert memories.get(DEFAULT_TENANT, theirs.id) is None
+        assert memories.get("other-tenant", theirs.id) is not None
+        assert memories.taken_elsewhere(DEFAULT_TENANT, [mine.id, theirs.id]) == [theirs.id]
+        assert filters and set(filters) == {"id in {pk_ids}"}
+    finally:
+        store.close()
