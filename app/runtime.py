@@ -9,7 +9,7 @@ from pathlib import Path
 
 from common.settings import Settings
 from providers.embedders import Embedder
-from providers.embedding_setup import embedder_from_settings, embeds_in_background
+from providers.embedding_setup import embedder_from_settings, embeds_in_background, inline_rows
 from providers.llm_guard import LlmGate, parse_allow_list
 from providers.openai_chat import ChatClient
 from providers.rerank import Reranker
@@ -87,7 +87,8 @@ class Runtime:
                                         index_rows=settings.local_index_rows,
                                         cache_bytes=settings.read_cache_mb << 20,
                                         sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None,
-                                        embed_later=embed_later)
+                                        embed_later=embed_later,
+                                        inline_rows=inline_rows(settings, embedder))
             memories.open()
             backlog = EmbeddingBacklog(memories, batch=settings.embedding_batch).start() \
                 if memories.embed_later else None

@@ -118,8 +118,15 @@ class Settings(StrictModel):
         default="auto",
         description=("Where stored rows are embedded. 'on': rows are written with their text at once (BM25 finds "
                      "them) and a background worker fills their vectors (dense search skips a row until then; a "
-                     "restart resumes the backlog). 'off': on the request path. 'auto': 'on' for e5 and openai, "
-                     "'off' for the cheap ones (hash, use)."),
+                     "restart resumes the backlog). 'off': on the request path. 'auto': 'on' for e5 and openai; "
+                     "for the cheap ones (hash, use) on the request path for calls of up to "
+                     "ACN_EMBEDDING_INLINE_MAX rows, larger calls (bulk imports) through the backlog."),
+    )
+    embedding_inline_max: int = Field(
+        default=16, ge=0, le=10_000,
+        description=("ACN_EMBEDDING_BACKLOG=auto with a cheap embedder (use, hash): a write call of up to this many "
+                     "rows is embedded on the request path (dense search finds them at once); a larger one is "
+                     "written at once and embedded by the background worker."),
     )
     embedding_batch: int = Field(
         default=8, ge=1, le=256,

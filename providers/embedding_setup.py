@@ -19,10 +19,20 @@ def embedder_from_settings(settings: Settings, cache: Path | None = None) -> Emb
 
 
 def embeds_in_background(settings: Settings, embedder: Embedder | None) -> bool:
-    """Whether rows wait for their vectors in the backlog (ACN_EMBEDDING_BACKLOG; auto: unless the embedder is
-    cheap enough for the request path)."""
+    """Whether rows may wait for their vectors in the backlog (ACN_EMBEDDING_BACKLOG). With `auto` a cheap
+    embedder still uses it, for write calls larger than inline_rows allows."""
     if embedder is None:
         return False
-    if settings.embedding_backlog == "auto":
-        return not embedder.inline
-    return settings.embedding_backlog == "on"
+    return settings.embedding_backlog in ("on", "auto")
+
+
+def inline_rows(settings: Settings, embedder: Embedder | None) -> int:
+    """Return the largest write call embedded on the request path when the backlog is on (0: none).
+
+    A cheap embedder (USE: ~1 ms a row) keeps small calls inline, so what record_turn or a single memory_write
+    stores is found by dense search at once; a bulk import of hundreds of rows would spend most of its time
+    embedding (466 vs 1,747 items/s at 1k rows, 100 a call) and goes to the worker instead.
+    """
+    if embedder is None or settings.embedding_backlog != "auto" or not embedder.inline:
+        return 0
+    return settings.embedding_inline_max

@@ -49,11 +49,15 @@ class MemoryRepository:
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
                  index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
-                 embed_later: bool = False, cache_bytes: int = CACHED_BYTES, warm_in_background: bool = True) -> None:
+                 embed_later: bool = False, cache_bytes: int = CACHED_BYTES, warm_in_background: bool = True,
+                 inline_rows: int = 0) -> None:
         self.embedder = embedder
         # embed_later: rows are written with pending_vector() and EMBEDDED 0, and on_pending hears of them (the
         # backlog worker embeds them); write_order keeps each save and each vector fill whole, in store order.
         self.embed_later = embed_later and embedder is not None
+        # With embed_later, a save of up to inline_rows rows is still embedded at once (a cheap embedder's small
+        # calls: see providers.embedding_setup.inline_rows).
+        self.inline_rows = inline_rows
         self.flagged = embedder is not None
         self.on_pending: Callable[[str, list[tuple[str, str]]], None] | None = None
         self.write_order = threading.RLock()
@@ -170,7 +174,8 @@ class MemoryRepository:
         Ids in new_ids are known not to exist yet and are inserted without the upsert's lookup.
         """
         vectors: list[list[float] | None] = [None] * len(memories)
-        if self.embedder and memories and not self.embed_later:
+        later = self.embed_later and len(memories) > self.inline_rows
+        if self.embedder and memories and not later:
             vectors = list(self.embedder.embed_batch([m.content for m in memories]))
         records = [to_record(m, tenant, v) for m, v in zip(memories, vectors, strict=True)]
         if self.flagged:
@@ -186,7 +191,7 @@ class MemoryRepository:
                 self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
                 raise
             self._after_save(tenant, memories, records, fresh)
-        if self.embed_later and memories and self.on_pending is not None:
+        if later and memories and self.on_pending is not None:
             self.on_pending(tenant, [(m.id, m.content) for m in memories])
 
     def delete_ids(self, tenant: str, ids: list[str]) -> None:

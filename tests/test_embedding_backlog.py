@@ -392,3 +392,50 @@ def test_which_engines_take_partial_updates() -> None:
 
     assert partial_updates_in("milvus_lite-3.2.2") and partial_updates_in("v2.6.0") and partial_updates_in("2.6.3-rc1")
     assert not any(partial_updates_in(v) for v in ("milvus_lite-2.5.1", "v2.5.4", "", "unknown"))
+
+
+def test_a_cheap_embedder_embeds_small_calls_at_once_and_sends_bulk_calls_to_the_worker(tmp_path: Path) -> None:
+    """ACN_EMBEDDING_BACKLOG=auto with USE/hash: a record_turn-sized save is dense-searchable when it returns; a
+    bulk import is written at once with its vectors pending (100 a call was 466 vs 1,747 items/s with USE)."""
+    store = MilvusStore(str(tmp_path / "memory.db")).open()
+    try:
+        repository = MemoryRepository(store, prefix="bk", embedder=HashEmbedder(), embed_later=True, inline_rows=2)
+        repository.open()
+        pending: list[list[tuple[str, str]]] = []
+        repository.on_pending = lambda tenant, rows: pending.append(rows)
+        repository.save("default", [memory(i, TEXTS[i]) for i in range(2)])
+        assert pending == [] and {stored(repository)[f"m{i}"][EMBEDDED_FIELD] for i in range(2)} == {1}
+        bulk = [memory(10 + i, f"{TEXTS[i % len(TEXTS)]} #{i}") for i in range(5)]
+        repository.save("default", bulk)
+        assert [len(rows) for rows in pending] == [5]
+        rows = stored(repository)
+        assert {rows[m.id][EMBEDDED_FIELD] for m in bulk} == {0}
+        found = repository.search("default", "reconciliation timeout", Filter(""), limit=10, within=NS)
+        assert "m10" in {hit.memory.id for hit in found}  # BM25 finds the pending rows at once
+    finally:
+        store.close()
+
+
+def test_auto_runs_the_worker_for_a_cheap_embedder_with_its_inline_limit(tmp_path: Path) -> None:
+    from common.settings import Settings
+    from providers.embedding_setup import embeds_in_background, inline_rows
+
+    cheap = HashEmbedder()
+    assert embeds_in_background(Settings(embedder="hash"), cheap)
+    assert inline_rows(Settings(embedder="hash"), cheap) == 16
+    assert inline_rows(Settings(embedder="hash", embedding_inline_max=3), cheap) == 3
+    assert inline_rows(Settings(embedder="hash", embedding_backlog="on"), cheap) == 0
+    assert not embeds_in_background(Settings(embedder="hash", embedding_backlog="off"), cheap)
+    app = create_app(make_settings(tmp_path, embedder="hash", embedding_inline_max=3))
+    runtime = app.extensions["acn"]
+    try:
+        assert runtime.backlog is not None and runtime.memories.inline_rows == 3
+        client = app.test_client()
+        ns = {"agent_id": "bulk", "session_id": "s1"}
+        items = [{"content": f"{TEXTS[i % len(TEXTS)]} (item {i})", "kind": "fact"} for i in range(8)]
+        response = post(client, "memory_write", {**ns, "items": items})
+        assert response.status_code == 200, response.get_data(as_text=True)
+        assert runtime.backlog.drain(timeout=30)
+        assert {row[EMBEDDED_FIELD] for row in stored(runtime.memories).values()} == {1}
+    finally:
+        runtime.close()
