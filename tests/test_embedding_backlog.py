@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -439,3 +439,23 @@ def test_auto_runs_the_worker_for_a_cheap_embedder_with_its_inline_limit(tmp_pat
         assert {row[EMBEDDED_FIELD] for row in stored(runtime.memories).values()} == {1}
     finally:
         runtime.close()
+
+
+def test_the_worker_reads_its_rows_by_primary_key_alone(opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    # Lite scans the whole collection for `tenant == … and id in …` (0.3-1 s at 100k rows), and the worker reads
+    # under write_order, where every save waits: its reads by id are primary-key lookups.
+    store, repository = opened
+    backlog = EmbeddingBacklog(repository)
+    repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
+    filters: list[str] = []
+    query = store.query
+
+    def recorded(collection: str, where: Filter, **kwargs: Any) -> list[dict[str, Any]]:
+        filters.append(where.template)
+        return query(collection, where, **kwargs)
+
+    store.query = recorded  # type: ignore[method-assign]
+    assert backlog.drain(timeout=30)
+    assert {row[EMBEDDED_FIELD] for row in stored(repository).values()} == {1}
+    by_id = [template for template in filters if "id in" in template]
+    assert by_id and set(by_id) == {"id in {pk_ids}"}
