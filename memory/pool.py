@@ -246,7 +246,8 @@ class DedupIndex:
         codes = np.frombuffer(self.codes, dtype=np.int64)[gathered]
         at = np.minimum(np.searchsorted(wanted, codes), len(wanted) - 1)
         held = np.cumsum(wanted[at] == codes, dtype=np.int64)
-        return held[ends - 1] - np.concatenate(([0], held[ends[:-1] - 1]))
+        counts: np.ndarray = held[ends - 1] - np.concatenate(([0], held[ends[:-1] - 1]))
+        return counts
 
     def nearest_since(self, scope: str, kind: str, target: frozenset[str], floor: float,
                       start: int) -> tuple[float, Known] | None:
