@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
+from itertools import repeat
+from operator import or_
 
 KINDS = (
     "amount",
@@ -193,9 +195,30 @@ _NEEDS: list[tuple[frozenset[str], ...]] = [
 ]
 
 
-def _present(folded: str) -> frozenset[str]:
-    """Return the characters of folded (one pass) for the guards of _NEEDS."""
-    return frozenset(folded)
+# Each distinct set of _NEEDS is a bit; a text's mask has the bits of the sets it draws a character from, and a
+# pattern runs when its bits are all in the mask. The runnable patterns of a mask are remembered (few masks occur).
+def _bit_tables() -> tuple[dict[str, int], list[int]]:
+    """Return each character's bits and each pattern's bits."""
+    need_bits = {need: 1 << index for index, need in enumerate(dict.fromkeys(n for needs in _NEEDS for n in needs))}
+    char_bits: dict[str, int] = {}
+    for need, bit in need_bits.items():
+        for char in need:
+            char_bits[char] = char_bits.get(char, 0) | bit
+    return char_bits, [reduce(or_, (need_bits[need] for need in needs), 0) for needs in _NEEDS]
+
+
+_CHAR_BITS, _PATTERN_BITS = _bit_tables()
+
+
+def _mask(folded: str) -> int:
+    """Return the bits of the _NEEDS sets folded draws a character from (one pass over its distinct characters)."""
+    return reduce(or_, map(_CHAR_BITS.get, set(folded), repeat(0)), 0)
+
+
+@lru_cache(maxsize=4096)
+def _runnable(mask: int) -> tuple[int, ...]:
+    """Return the indexes of the patterns a text of this mask may match."""
+    return tuple(index for index, bits in enumerate(_PATTERN_BITS) if mask & bits == bits)
 
 
 # Label keywords: (label, pattern, where) — where is "before", "after" or "both" relative to the value.
@@ -297,10 +320,9 @@ def _covered(values: list[str]) -> set[str]:
 def _candidates(folded: str) -> list[tuple[int, int, int, str]]:
     """Return every pattern match as (start, end, priority, kind)."""
     found = []
-    present = _present(folded)
-    for priority, (kind, pattern) in enumerate(_PATTERNS):
-        if any(need.isdisjoint(present) for need in _NEEDS[priority]):
-            continue  # a character the pattern cannot match without is missing
+    # Patterns missing a character they cannot match without are skipped (_NEEDS): same result, fewer passes.
+    for priority in _runnable(_mask(folded)):
+        kind, pattern = _PATTERNS[priority]
         for match in pattern.finditer(folded):
             start, end = match.span("v") if "v" in pattern.groupindex else match.span()
             start, end = _trim(folded, start, end)
