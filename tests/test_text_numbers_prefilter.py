@@ -179,6 +179,55 @@ def test_key_numbers_unchanged(text: str) -> None:
         text[s:e] for s, e, _ in numbers._select_spans(_candidates_reference(text.translate(_FOLD)))]
 
 
+def test_linear_finders_are_their_patterns_cut_where_the_run_ends() -> None:
+    # The finder must stay the pattern it replaces: head + tail spell the pattern (a wrapping group aside).
+    for priority, finder in numbers._LINEAR.items():
+        source = _PATTERNS[priority][1].pattern
+        assert source in (finder.head.pattern + finder.tail.pattern, f"(?:{finder.head.pattern})" + finder.tail.pattern,
+                          f"(?P<k>{finder.head.pattern})" + finder.tail.pattern), priority
+
+
+# Per linear finder: the characters of its runs and tails, and some that end or break them.
+RUN_ALPHABETS = {
+    0: "ab_.%+-1@@..x co",
+    19: "一二零十百千万亿元块钱美人民币港x",
+    20: "一二零十百千万亿次个x",
+    26: "一二零十百千半个月小时天周工作日x",
+    36: "ab_1=:： .-x9",
+}
+
+
+@pytest.mark.parametrize("priority", sorted(RUN_ALPHABETS))
+def test_linear_finders_equal_their_patterns(priority: int) -> None:
+    pattern = _PATTERNS[priority][1]
+    rng = random.Random(priority)
+    assert sorted(RUN_ALPHABETS) == sorted(numbers._LINEAR)
+    for _ in range(20_000):
+        text = "".join(rng.choice(RUN_ALPHABETS[priority]) for _ in range(rng.randint(1, 24)))
+        expected = [match.span("v") if "v" in pattern.groupindex else match.span() for match in pattern.finditer(text)]
+        assert list(numbers._spans(priority, text)) == expected, text
+
+
+# Runs the old patterns retried from every character: "ab_" * 8,000 + "=1" took 21 s, "一" * 6,000 + "人" 2.4 s.
+ADVERSARIAL = [
+    "ab_" * 16_667 + "=1",
+    "a" * 25_000 + "@" + "b" * 24_999 + "1",
+    "a1." * 16_667 + "@x",
+    "一" * 49_999 + "人",
+    "三百" * 25_000 + "1",
+    "半一" * 25_000 + "个1",
+    "十二" * 25_000 + "万次",
+]
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL, ids=lambda text: repr(text[:6]))
+def test_key_numbers_are_linear_on_50000_character_runs(text: str) -> None:
+    assert len(text) >= 50_000
+    started = time.process_time()
+    extract_key_numbers(text)
+    assert time.process_time() - started < 10.0  # about 0.1 s here; the quadratic patterns took minutes
+
+
 def test_the_guard_is_linear_on_a_long_input() -> None:
     # The pre-filter reads each text once (a set of its characters): 50,000 characters, no digit, stay fast.
     text = "a" * 25_000 + "月" * 25_000

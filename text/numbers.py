@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from itertools import repeat
@@ -221,6 +222,54 @@ def _runnable(mask: int) -> tuple[int, ...]:
     return tuple(index for index, bits in enumerate(_PATTERN_BITS) if mask & bits == bits)
 
 
+class _RunThenTail:
+    """finditer of a pattern `head tail` in linear time, where head ends in a run of characters tail cannot start
+    with (so a match's head reaches the end of its run).
+
+    The regex engine tries a failing pattern again from every character of a long run ("ab_ab_…" before no "=",
+    "一一一…" before no unit): quadratic, 20 s for 24,000 characters. Every start inside one run ends it at the same
+    place and fails or succeeds alike, and the leftmost start wins: so the head is found once (leftmost, greedy)
+    and the tail tried once at its end. Same spans as the pattern's finditer (tests/test_text_numbers_prefilter.py).
+    """
+
+    def __init__(self, head: str, tail: str, group: str | None = None) -> None:
+        self.head, self.tail, self.group = _compile(head), _compile(tail), group
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        at = 0
+        while (run := self.head.search(text, at)) is not None:
+            match = self.tail.match(text, run.end())
+            if match is None:
+                at = run.end()  # any later start inside the run fails the same way
+                continue
+            yield match.span(self.group) if self.group else (run.start(), match.end())
+            at = match.end()
+
+
+# Linear finders for the patterns of _PATTERNS (by index) that backtrack quadratically on long runs; each is the
+# pattern cut where its run ends.
+_LINEAR: dict[int, _RunThenTail] = {
+    0: _RunThenTail(r"[A-Za-z0-9._%+-]+", r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
+    19: _RunThenTail(_ZH_NUM, rf"(?:万|亿)?{_CURRENCY_WORDS}"),
+    20: _RunThenTail(rf"[一二两三四五六七八九十][{_ZH_DIGIT}百千]*", rf"[万亿](?![{_COUNTERS}])"),
+    26: _RunThenTail(rf"{_ZH_NUM}|半", r"个?(?:秒钟|分钟|小时|钟头|天|周|星期|个月|工作日)"),
+    36: _RunThenTail(r"[A-Za-z_][A-Za-z0-9_]*", r"\s?(?:=|:|：)\s?(?P<v>-?\d+(?:\.\d+)?)(?![\d.])", "v"),
+}
+
+
+def _spans(priority: int, folded: str) -> Iterator[tuple[int, int]]:
+    """Return the spans of pattern `priority` in folded (its "v" group when it has one)."""
+    linear = _LINEAR.get(priority)
+    if linear is not None:
+        yield from linear.spans(folded)
+        return
+    pattern = _PATTERNS[priority][1]
+    if "v" in pattern.groupindex:
+        yield from (match.span("v") for match in pattern.finditer(folded))
+    else:
+        yield from (match.span() for match in pattern.finditer(folded))
+
+
 # Label keywords: (label, pattern, where) — where is "before", "after" or "both" relative to the value.
 _LABELS: list[tuple[str, re.Pattern[str], str]] = [
     ("订单号", re.compile(r"订单号?|单号"), "before"),
@@ -322,9 +371,8 @@ def _candidates(folded: str) -> list[tuple[int, int, int, str]]:
     found = []
     # Patterns missing a character they cannot match without are skipped (_NEEDS): same result, fewer passes.
     for priority in _runnable(_mask(folded)):
-        kind, pattern = _PATTERNS[priority]
-        for match in pattern.finditer(folded):
-            start, end = match.span("v") if "v" in pattern.groupindex else match.span()
+        kind = _PATTERNS[priority][0]
+        for start, end in _spans(priority, folded):
             start, end = _trim(folded, start, end)
             if end > start and _clean_edges(folded, start, end):
                 found.append((start, end, priority, kind))
