@@ -208,15 +208,16 @@ def test_linear_finders_equal_their_patterns(priority: int) -> None:
         assert list(numbers._spans(priority, text)) == expected, text
 
 
-# Runs the old patterns retried from every character: "ab_" * 8,000 + "=1" took 21 s, "一" * 6,000 + "人" 2.4 s.
+# Long runs whose tail then fails, each passing its pattern's guard: the patterns retried from every character of
+# the run ("ab_" * 8,000 + " 1=" took 21 s, "一" * 6,000 + "人" 2.4 s; these took minutes).
 ADVERSARIAL = [
-    "ab_" * 16_667 + "=1",
-    "a" * 25_000 + "@" + "b" * 24_999 + "1",
-    "a1." * 16_667 + "@x",
-    "一" * 49_999 + "人",
-    "三百" * 25_000 + "1",
-    "半一" * 25_000 + "个1",
-    "十二" * 25_000 + "万次",
+    "ab_" * 16_667 + " 1=",  # name=value: a name, then no "=" and a number
+    "a" * 25_000 + "@" + "b" * 24_999 + ".",  # e-mail: a domain without a top-level label
+    "a1." * 16_667 + "@x",  # e-mail: a local part of dots and digits
+    "一" * 49_999 + "人",  # amount: a Chinese number, then not 人民币
+    "三百" * 25_000 + "万次",  # amount: 万 followed by a counter
+    "十二" * 25_000 + "个",  # duration: 个 and no unit
+    "一" * 49_999 + "小",  # duration: 小 and no 时
 ]
 
 
