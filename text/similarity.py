@@ -90,11 +90,15 @@ class PrefixFilter:
         for shingle_set in sets:
             for shingle in shingle_set:
                 counts[shingle] = counts.get(shingle, 0) + 1
+        # Rarest first, ties by the bigram: one sort of the distinct bigrams ranks them, and each set then sorts by a
+        # rank lookup (not a (count, bigram) key built per bigram), its prefix computed once for postings and probes.
+        ranked = sorted(counts, key=lambda shingle: (counts[shingle], shingle))
+        rank = {shingle: at for at, shingle in enumerate(ranked)}
+        self._prefixes = [_prefix(s, rank, threshold) if s else ("",) for s in sets]
         self._postings: dict[str, list[int]] = {}
-        for position, shingle_set in enumerate(sets):
-            for shingle in _prefix(shingle_set, counts, threshold) if shingle_set else ("",):
+        for position, prefix in enumerate(self._prefixes):
+            for shingle in prefix:
                 self._postings.setdefault(shingle, []).append(position)
-        self._prefixes = [_prefix(s, counts, threshold) if s else ("",) for s in sets]
 
     def later(self, position: int) -> Iterator[int]:
         """Yield, in increasing order and once each, the positions after `position` that may reach the threshold."""
@@ -109,8 +113,8 @@ class PrefixFilter:
                 yield candidate
 
 
-def _prefix(shingle_set: frozenset[str], counts: dict[str, int], threshold: float) -> tuple[str, ...]:
-    ordered = sorted(shingle_set, key=lambda shingle: (counts[shingle], shingle))
+def _prefix(shingle_set: frozenset[str], rank: dict[str, int], threshold: float) -> tuple[str, ...]:
+    ordered = sorted(shingle_set, key=rank.__getitem__)
     # The 1e-9 keeps a product that should be an integer from rounding up: a longer prefix is always safe.
     overlap = max(1, math.ceil(threshold * len(ordered) / (2 - threshold) - 1e-9))
     return tuple(ordered[: len(ordered) - overlap + 1])
