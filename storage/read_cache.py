@@ -37,6 +37,7 @@ from storage.memory_rows import (
     tenant_filter,
 )
 from storage.predicate import supported
+from storage.read_priority import READS
 
 # The caches, named and sized in one place. Session archives: at most CACHED_ARCHIVES sessions and about
 # CACHED_ARCHIVE_ROWS archived messages in all (the most recently used sessions stay).
@@ -100,7 +101,9 @@ class ReadCache:
         # Session indexes waiting for the background loader (see local_index).
         self._background = background
         self._warming: set[GroupKey] = set()
-        self._warm_queue: deque[GroupKey] = deque()
+        # Each waiting key with READS.finished() as of the read that asked for it: the load's reads come after
+        # that request's own store read and never alongside a request's read (storage/read_priority.py).
+        self._warm_queue: deque[tuple[GroupKey, int]] = deque()
         self._warm_wakeup = threading.Event()
         self._warm_idle = threading.Event()
         self._warmer: threading.Thread | None = None
@@ -344,7 +347,7 @@ class ReadCache:
             if key in self._warming:
                 return
             self._warming.add(key)
-            self._warm_queue.append(key)
+            self._warm_queue.append((key, READS.finished()))
             if self._warmer is None:
                 self._warmer = threading.Thread(target=self._warm_loop, name="acn-index-warm", daemon=True)
                 self._warmer.start()
@@ -358,9 +361,10 @@ class ReadCache:
                 with self._lock:
                     if not self._warm_queue:
                         break
-                    key = self._warm_queue.popleft()
+                    key, asked = self._warm_queue.popleft()
                 try:
-                    self._load_index(key)
+                    with READS.background(after=asked):
+                        self._load_index(key)
                 except StoreUnavailableError as error:  # closed or unreachable: the next read queues it again
                     log.warning("loading a session index failed: %s", error.message)
                 except Exception:  # the store answers meanwhile; the next read queues the load again
@@ -400,6 +404,7 @@ class ReadCache:
         # search answered by the index must not segment thousands of texts itself.
         while index.index_pending(TOKENIZE_CHUNK):
             time.sleep(0.001)  # let request threads have the interpreter between chunks
+            READS.pause()  # and, on the loader's thread, let a request's store read finish first
         return index
 
     def _install_loaded(self, key: GroupKey, index: LocalIndex | None,
