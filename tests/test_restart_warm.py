@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import app.runtime
+import storage.read_cache
 from app.runtime import Runtime
 from common.auth import DEFAULT_TENANT
 from common.models import Memory, Namespace
@@ -34,11 +35,13 @@ class CountedReads(MilvusStore):
     """Counts the store queries the background index loader got answered."""
 
     loader_reads = 0
+    rows_read = 0
 
     def query(self, collection: str, where: Any, **kwargs: Any) -> Any:
         rows = super().query(collection, where, **kwargs)
         if threading.current_thread().name == "acn-index-warm":
             self.loader_reads += 1
+        self.rows_read += len(rows)
         return rows
 
 
@@ -94,6 +97,30 @@ def test_a_session_index_load_starts_after_the_read_of_the_request_that_asked_fo
 
 def memories_where() -> Any:
     return tenant_filter(DEFAULT_TENANT).and_(group_filter(AGENT.agent_id, AGENT.session_id))
+
+
+@pytest.mark.parametrize(("window", "loaded"), [(320, False), (4096, True)])
+def test_a_session_too_large_for_one_query_is_told_by_a_sample_not_by_reading_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, loaded: bool) -> None:
+    monkeypatch.setattr(storage.read_cache, "LOAD_PAGE", 40)
+    monkeypatch.setattr(storage.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
+    store = CountedReads(str(tmp_path / "large.db")).open()
+    repository = MemoryRepository(store, prefix="large", embedder=None, warm_in_background=False)
+    repository.open()
+    try:
+        repository.save(DEFAULT_TENANT, [memory(f"第{i}号仓库在金桥路{i}号") for i in range(800)])
+        store.flush()
+        assert repository.cache is not None
+        repository.cache.forget_all()
+        store.rows_read = 0
+        index = repository.cache.local_index(DEFAULT_TENANT, AGENT)
+        if loaded:  # the sample does not turn away a session that fits
+            assert index is not None and len(index) == 800
+        else:  # the probe page and a sixteenth of the window (~50 rows in the slice), not ranges until it overflows
+            assert index is None
+            assert store.rows_read <= 40 + window // 16
+    finally:
+        store.close()
 
 
 def test_a_background_read_waits_only_so_long_under_unbroken_traffic() -> None:
