@@ -17,20 +17,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PATIENCE = 2.0  # seconds a background read waits for its turn at most
-QUIET = 0.005  # seconds without foreground work before a load's first read (e.g. between two reads of a search)
 
 
 class ReadPriority:
     """Counts requests and reads of request threads (foreground work); reads of threads marked background wait
     until none is running."""
 
-    def __init__(self, patience: float = PATIENCE, quiet: float = QUIET) -> None:
+    def __init__(self, patience: float = PATIENCE) -> None:
         self._patience = patience
-        self._quiet = quiet
         self._condition = threading.Condition()
-        self._active = 0  # request reads running
-        self._finished = 0  # request reads finished, ever
-        self._last_end = 0.0
+        self._active = 0  # foreground spans running (requests, reads of request threads)
+        self._finished = 0  # foreground spans finished, ever
         self._local = threading.local()
 
     def finished(self) -> int:
@@ -85,12 +82,11 @@ class ReadPriority:
             with self._condition:
                 self._active -= 1
                 self._finished += 1
-                self._last_end = time.monotonic()
                 self._condition.notify_all()
 
     def pause(self) -> None:
-        """Between two steps of background work (a loading index tokenizing its rows): wait while a request's
-        read runs, as a background read would (no wait on other threads)."""
+        """Between two steps of background work (a loading index tokenizing its rows): wait while foreground work
+        runs, as a background read would (no wait on other threads)."""
         if getattr(self._local, "background", False):
             self._wait_turn()
 
@@ -98,22 +94,12 @@ class ReadPriority:
         after, self._local.after = self._local.after, None
         deadline = time.monotonic() + self._patience
         with self._condition:
-            while True:
-                now = time.monotonic()
-                if now >= deadline:
+            # Foreground work running, or the asking request not answered yet: wait (for so long at most).
+            while self._active or (after is not None and self._finished <= after):
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return
-                if self._active:
-                    self._condition.wait(deadline - now)
-                    continue
-                if after is None:
-                    return
-                if self._finished <= after:  # the asking request has not read yet
-                    self._condition.wait(deadline - now)
-                    continue
-                quiet_left = self._last_end + self._quiet - now
-                if quiet_left <= 0:
-                    return
-                self._condition.wait(min(quiet_left, deadline - now))
+                self._condition.wait(left)
 
 
 # One per process: the interpreter's lock that Lite's work competes for is the process's.
