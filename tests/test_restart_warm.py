@@ -197,7 +197,7 @@ def test_the_use_embedder_loads_its_model_when_warmed() -> None:
     assert embedder._model._backend is not None
 
 
-def test_background_reads_wait_while_the_server_handles_a_request(fresh_app: Flask) -> None:
+def test_a_loads_first_read_waits_while_the_server_handles_a_request(fresh_app: Flask) -> None:
     # From the store's answer to ranking and rendering, a request's work competes with Lite's for the interpreter.
     inside, release, read = threading.Event(), threading.Event(), threading.Event()
 
@@ -211,13 +211,17 @@ def test_background_reads_wait_while_the_server_handles_a_request(fresh_app: Fla
     request.start()
     assert inside.wait(30)
 
+    asked = READS.finished()  # the request asked for an index load (as memory_retrieve does)
+    with READS.foreground():  # and its store read (or another request) has been answered
+        pass
+
     def background() -> None:
-        with READS.background(), READS.reading():
+        with READS.background(after=asked), READS.reading():
             read.set()
 
     threading.Thread(target=background, daemon=True).start()
     try:
-        assert not read.wait(WAITED), "a background read ran while the server was handling a request"
+        assert not read.wait(WAITED), "a load's first read ran while the server was handling a request"
     finally:
         release.set()
     assert read.wait(30)
