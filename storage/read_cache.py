@@ -413,7 +413,6 @@ class ReadCache:
         # search answered by the index must not segment thousands of texts itself.
         while index.index_pending(TOKENIZE_CHUNK):
             time.sleep(0.001)  # let request threads have the interpreter between chunks
-            READS.pause()  # and, on the loader's thread, let a request's store read finish first
         return index
 
     def _install_loaded(self, key: GroupKey, index: LocalIndex | None,

@@ -92,12 +92,6 @@ class ReadPriority:
                 self._finished += 1
                 self._condition.notify_all()
 
-    def pause(self) -> None:
-        """Between two steps of background work (a loading index tokenizing its rows): wait while foreground work
-        runs, as a background read would (no wait on other threads)."""
-        if getattr(self._local, "background", False):
-            self._wait_turn()
-
     def _wait_turn(self) -> None:
         """The first read of a load waits for the asking request to end and for no request to be handled; later
         ones only for no foreground store read to be running (waiting for whole requests too, a load starved
