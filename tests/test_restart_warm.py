@@ -226,3 +226,20 @@ def test_a_loads_first_read_waits_while_the_server_handles_a_request(fresh_app: 
         release.set()
     assert read.wait(30)
     request.join(30)
+
+
+def test_a_loads_first_read_leaves_the_asking_requests_answer_time_to_be_delivered() -> None:
+    # The app has returned the answer; the server's main thread still writes it, slowly if Lite builds rows alongside.
+    gate = ReadPriority(patience=30, delivery=0.6)
+    asked = gate.finished()
+    with gate.foreground():  # the request that asked for the load, answered by the store
+        pass
+    read = threading.Event()
+
+    def background() -> None:
+        with gate.background(after=asked), gate.reading():
+            read.set()
+
+    threading.Thread(target=background, daemon=True).start()
+    assert not read.wait(0.3), "the load read the store as soon as the asking request's app call returned"
+    assert read.wait(30)
