@@ -99,17 +99,15 @@ class ReadPriority:
                 self._condition.notify_all()
 
     def _wait_turn(self) -> None:
-        """The first read of a load waits for the asking request to end, then DELIVERY, then for no request to be
-        handled; later ones only for no foreground store read to be running (waiting for whole requests too, a load
-        starved under back-to-back requests)."""
+        """Every read waits while a foreground store read runs; the first read of a load first waits for the asking
+        request to end, then DELIVERY. (Waiting for whole requests to end starved a load under back-to-back
+        searches: the index came seconds later, and the searches until then were the store's.)"""
         after, self._local.after = self._local.after, None
         deadline = time.monotonic() + self._patience
-        if after is None:
-            self._wait_while(lambda: self._reading > 0, deadline)
-            return
-        self._wait_while(lambda: self._finished <= after, deadline)
-        time.sleep(min(self._delivery, max(0.0, deadline - time.monotonic())))
-        self._wait_while(lambda: self._active > 0, deadline)
+        if after is not None:
+            self._wait_while(lambda: self._finished <= after, deadline)
+            time.sleep(min(self._delivery, max(0.0, deadline - time.monotonic())))
+        self._wait_while(lambda: self._reading > 0, deadline)
 
     def _wait_while(self, busy: Callable[[], bool], deadline: float) -> None:
         with self._condition:

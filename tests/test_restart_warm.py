@@ -197,13 +197,17 @@ def test_the_use_embedder_loads_its_model_when_warmed() -> None:
     assert embedder._model._backend is not None
 
 
-def test_a_loads_first_read_waits_while_the_server_handles_a_request(fresh_app: Flask) -> None:
+def test_a_loads_first_read_waits_until_the_server_has_handled_the_asking_request(fresh_app: Flask) -> None:
     # From the store's answer to ranking and rendering, a request's work competes with Lite's for the interpreter.
     inside, release, read = threading.Event(), threading.Event(), threading.Event()
+    asked: list[int] = []
 
     def slow() -> str:
+        asked.append(READS.finished())  # the request asks for an index load (as memory_retrieve does)
+        with READS.reading():  # the store answers its search
+            pass
         inside.set()
-        release.wait(30)
+        release.wait(30)  # and it ranks and renders
         return "done"
 
     fresh_app.add_url_rule("/v1/test-slow", view_func=slow)
@@ -211,17 +215,13 @@ def test_a_loads_first_read_waits_while_the_server_handles_a_request(fresh_app: 
     request.start()
     assert inside.wait(30)
 
-    asked = READS.finished()  # the request asked for an index load (as memory_retrieve does)
-    with READS.foreground():  # and its store read (or another request) has been answered
-        pass
-
     def background() -> None:
-        with READS.background(after=asked), READS.reading():
+        with READS.background(after=asked[0]), READS.reading():
             read.set()
 
     threading.Thread(target=background, daemon=True).start()
     try:
-        assert not read.wait(WAITED), "a load's first read ran while the server was handling a request"
+        assert not read.wait(WAITED), "a load's first read ran while the server was handling the asking request"
     finally:
         release.set()
     assert read.wait(30)
