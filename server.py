@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from waitress.server import create_server
 from werkzeug.exceptions import HTTPException
 
+from app.foreground import Foreground
 from app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from app.json_body import read_json_body
 from app.openapi import build_admin_openapi, build_manifest, build_openapi
@@ -68,7 +69,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     proxies = parse_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops start-up, before the store
     runtime = Runtime.open(settings)
     app = Flask(__name__)
-    app.wsgi_app = TrustedProxyFix(app.wsgi_app, proxies)  # type: ignore[method-assign]
+    app.wsgi_app = Foreground(TrustedProxyFix(app.wsgi_app, proxies))  # type: ignore[method-assign]
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.extensions["acn"] = runtime

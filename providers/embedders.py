@@ -131,6 +131,10 @@ class UniversalSentenceEncoder(Embedder):
     def use_cache(self, folder: Path) -> None:
         self._cache = folder
 
+    def warm(self) -> None:
+        # The model loads on its first encode (~0.6 s): at start-up, not in the first query's request.
+        self.embed_query("warm-up")
+
     def _load(self) -> None:
         """Load the model before its first query (under the lock): from the cache when there is one."""
         if self._loaded:

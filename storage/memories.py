@@ -81,6 +81,7 @@ class MemoryRepository:
         # current by the writes themselves (storage/read_cache.py). Against a server other processes write too:
         # no cache there.
         exclusive = not getattr(store, "is_server", True)
+        self.warming: threading.Thread | None = None  # the start-up search (open); Runtime.open waits for it
         self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
                                max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
 
@@ -120,7 +121,8 @@ class MemoryRepository:
             return
         # A Lite file builds its search structures on the first search after it opens (3 s at 100k rows): one
         # search now, off the request path, so that the first request does not pay for it.
-        threading.Thread(target=self._warm_store, name="acn-store-warm", daemon=True).start()
+        self.warming = threading.Thread(target=self._warm_store, name="acn-store-warm", daemon=True)
+        self.warming.start()
 
     def _warm_store(self) -> None:
         try:

@@ -17,6 +17,7 @@ from pymilvus.exceptions import MilvusException
 
 from common.errors import StoreUnavailableError
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from storage.read_priority import READS
 
 log = logging.getLogger("acn.store")
 
@@ -420,7 +421,8 @@ class MilvusStore(MemoryStore):
     def _read(self, operation: Callable[[MilvusClient], T]) -> T:
         if self._flush_gate is None:
             return self._call(operation)
-        with self._flush_gate.shared():
+        # Lite runs in this process: a background read waits for requests' reads (storage/read_priority.py).
+        with READS.reading(), self._flush_gate.shared():
             return self._call(operation)
 
     @contextmanager

@@ -37,6 +37,7 @@ from storage.memory_rows import (
     tenant_filter,
 )
 from storage.predicate import supported
+from storage.read_priority import READS
 
 # The caches, named and sized in one place. Session archives: at most CACHED_ARCHIVES sessions and about
 # CACHED_ARCHIVE_ROWS archived messages in all (the most recently used sessions stay).
@@ -51,6 +52,12 @@ CACHED_INDEX_ROWS = 50_000
 CACHED_BYTES = 256 << 20  # the default of ACN_READ_CACHE_MB
 TOKENIZE_CHUNK = 200  # rows a loading index tokenizes between pauses
 LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, more in id ranges (ID_CUTS)
+# One sixteenth of the ids of memories and of archived messages (both hex, evenly spread). A session whose rows
+# fill LOAD_PAGE is first sampled there: more than a sixteenth of a query window in the slice, and the whole would
+# not fit one either. Lite builds every row a query returns in Python (~50 us a row): at 100k memories in one
+# namespace, reading ranges until the window overflowed took ~1.5 s, the sample ~0.3 s.
+SAMPLE = Filter('(id >= "mem_0" and id < "mem_1") or (id >= "turn_0" and id < "turn_1")')
+SAMPLE_SHARE = 16
 CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
 CACHED_AGENT_COUNTERS = 65_536  # agents whose write counters are kept (see ReadCache.after_save)
 T = TypeVar("T")
@@ -100,7 +107,9 @@ class ReadCache:
         # Session indexes waiting for the background loader (see local_index).
         self._background = background
         self._warming: set[GroupKey] = set()
-        self._warm_queue: deque[GroupKey] = deque()
+        # Each waiting key with READS.finished() as of the read that asked for it: the load's reads come after
+        # that request's own store read and never alongside a request's read (storage/read_priority.py).
+        self._warm_queue: deque[tuple[GroupKey, int]] = deque()
         self._warm_wakeup = threading.Event()
         self._warm_idle = threading.Event()
         self._warmer: threading.Thread | None = None
@@ -344,7 +353,7 @@ class ReadCache:
             if key in self._warming:
                 return
             self._warming.add(key)
-            self._warm_queue.append(key)
+            self._warm_queue.append((key, READS.finished()))
             if self._warmer is None:
                 self._warmer = threading.Thread(target=self._warm_loop, name="acn-index-warm", daemon=True)
                 self._warmer.start()
@@ -358,9 +367,10 @@ class ReadCache:
                 with self._lock:
                     if not self._warm_queue:
                         break
-                    key = self._warm_queue.popleft()
+                    key, asked = self._warm_queue.popleft()
                 try:
-                    self._load_index(key)
+                    with READS.background(after=asked):
+                        self._load_index(key)
                 except StoreUnavailableError as error:  # closed or unreachable: the next read queues it again
                     log.warning("loading a session index failed: %s", error.message)
                 except Exception:  # the store answers meanwhile; the next read queues the load again
@@ -388,6 +398,9 @@ class ReadCache:
         where = tenant_filter(key[0]).and_(group_filter(*key[1:]))
         rows = self._query(where, fields, LOAD_PAGE)
         if len(rows) >= LOAD_PAGE:  # a large session: read in id ranges, searches of others go in between
+            sampled = QUERY_WINDOW // SAMPLE_SHARE
+            if len(self._query(where.and_(SAMPLE), ["id"], sampled)) >= sampled:
+                return None  # too large by the sample (an odd id space falls through to the ranges below)
             rows = []
             for low, high in zip(ID_CUTS, (*ID_CUTS[1:], None), strict=True):
                 rows += self._query(where.and_(id_range(low, high)), fields, QUERY_WINDOW)
