@@ -16,6 +16,7 @@ from pymilvus.client import entity_helper
 from pymilvus.exceptions import MilvusException
 
 from common.errors import StoreUnavailableError
+from storage.allocator import trim_free_memory
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
 
 log = logging.getLogger("acn.store")
@@ -34,6 +35,10 @@ MAX_WINDOW = 16384
 # at pauses (no sooner than 2 s after the last flush) was tried: the flush then started at any point of the pause,
 # often just before the next turn, and requests waited more (lock-wait share 10-15 % vs 0.1-10 %, turns 0.5 s apart).
 QUIET_SECONDS = 0.2
+# Lite frees what a flush moved out of its memtable and WAL buffers, but malloc keeps the pages: after a background
+# flush the flusher hands them back (malloc_trim), no more often than this (a trim walks every arena: ~0.5 ms when
+# little is free, tens of ms over a fragmented heap; it holds no lock of ours).
+TRIM_INTERVAL_SECONDS = 1.0
 # How long a start waits for another replica's concurrent creation of the same collection to become visible.
 ENSURE_RACE_SECONDS = 30.0
 # How long any error preparing a collection is retried before it counts (the winner may not be visible yet).
@@ -77,7 +82,8 @@ class MilvusStore(MemoryStore):
     supports_dense: ClassVar[bool] = True
 
     def __init__(self, uri: str, *, token: str = "", db_name: str = "", flush_every: int = 200,
-                 flush_interval: float = 5.0) -> None:
+                 flush_interval: float = 5.0, trim_after_flush: bool = True,
+                 trim: Callable[[], bool] = trim_free_memory) -> None:
         self.uri = uri
         self.is_server = uri.startswith(("http://", "https://", "tcp://", "grpc://"))
         self._token = token
@@ -104,6 +110,10 @@ class MilvusStore(MemoryStore):
         self._partial: bool | None = None  # partial upserts supported (asked of a server once)
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
+        # Only with a Lite file: that is where the engine's freed memory is this process's.
+        self._trim = trim if trim_after_flush and not self.is_server else None
+        self._last_trim = 0.0
+        self.trims = 0  # trims made (tests and benchmarks read it)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -342,6 +352,16 @@ class MilvusStore(MemoryStore):
                     self._flush_in_background()
                 except Exception:  # a failed background flush is retried next tick; writes stay in the WAL
                     log.warning("periodic flush failed", exc_info=True)
+                    continue
+                self._trim_after_flush(time.monotonic())
+
+    def _trim_after_flush(self, now: float) -> None:
+        """Return the pages malloc kept after a flush to the system (outside every lock; at most once a second)."""
+        if self._trim is None or now - self._last_trim < TRIM_INTERVAL_SECONDS:
+            return
+        self._last_trim = now
+        self._trim()
+        self.trims += 1
 
     def _flush_in_background(self) -> None:
         """Flush one collection per hold of the write lock, each after any request waiting for the lock."""
