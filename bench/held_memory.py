@@ -103,6 +103,9 @@ def main() -> None:
         say(f"{args.agents} agents: traced {tracemalloc.get_traced_memory()[0] / MB:.1f} MB; {native()}; "
             f"RSS {status('VmRSS') - rss:+.1f} MB since agent {args.warm}")
         print("\n".join(lite_holdings()))
+        trims = getattr(store, "trims", 0)
+        if trims:
+            say(f"the flusher trimmed {trims} times, {getattr(store, 'trim_seconds', 0.0) / trims * 1000:.1f} ms each")
         storage.allocator.trim_free_memory()
         say(f"after malloc_trim: RSS {status('VmRSS') - rss:+.1f} MB since agent {args.warm}")
         assert first is not None
