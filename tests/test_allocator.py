@@ -92,6 +92,12 @@ def test_the_flusher_trims_after_a_background_flush_and_not_when_told_not_to(tmp
             assert store.unflushed == 0  # flushed in the pause after the write
             time.sleep(0.3)  # a trim comes right after its flush, on the flusher thread
             assert bool(calls) is expected and store.trims == len(calls)
+            if expected:
+                # And again while Lite compacts on its own worker after the flush, with no write since.
+                deadline = time.monotonic() + 10.0
+                while len(calls) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert len(calls) >= 2 and calls[1] - calls[0] >= 1.5
         finally:
             store.close()
 
