@@ -22,6 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from waitress.server import create_server
 from werkzeug.exceptions import HTTPException
 
+# First of ours, before anything imports pymilvus (and with it pyarrow): it picks Arrow's memory pool.
+import storage.allocator
 from app.foreground import Foreground
 from app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from app.json_body import read_json_body
@@ -65,6 +67,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     """Build the app: read settings, open the store, register routes and error handlers."""
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
+    # Before Runtime.open starts Lite's threads and the server its request threads (arenas are made per thread).
+    storage.allocator.limit_malloc_arenas(settings.malloc_arenas)
     keys = parse_api_keys(settings.api_keys)
     proxies = parse_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops start-up, before the store
     runtime = Runtime.open(settings)

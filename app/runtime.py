@@ -92,7 +92,8 @@ class Runtime:
         tokenizer = load_tokenizer(settings.tokenizer, cache)
         store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
                                                db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
-                                               flush_interval=settings.flush_interval_seconds),
+                                               flush_interval=settings.flush_interval_seconds,
+                                               trim_after_flush=settings.trim_after_flush),
                            settings.store_wait_seconds)
         try:
             embedder = embedder_from_settings(settings, cache)

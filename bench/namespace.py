@@ -128,7 +128,11 @@ def agents_phase(folder: Path, agents: int, rng: random.Random) -> tuple[float, 
             if agent and agent % 1000 == 0:
                 say(f"{agent} agents: RSS {rss_mb(process.pid) - empty:+.0f} MB")
         time.sleep(1)
-        return empty, rss_mb(process.pid) - empty
+        grown = rss_mb(process.pid) - empty
+        time.sleep(10)  # Lite compacts on a worker of its own after a flush: what is still held once it is done
+        say(f"{agents} agents: RSS {grown:+.0f} MB 1 s after the last request, {rss_mb(process.pid) - empty:+.0f} MB "
+            "11 s after")
+        return empty, grown
 
 
 def main() -> None:

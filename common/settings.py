@@ -227,6 +227,16 @@ class Settings(StrictModel):
     flush_interval_seconds: float = Field(
         default=5.0, gt=0, description="Flush the store at least this often while writes are pending."
     )
+    trim_after_flush: bool = Field(
+        default=True,
+        description=("With a Lite file on glibc, hand the memory malloc keeps free back to the system after a "
+                     "background flush (malloc_trim, at most once a second, off the request path)."),
+    )
+    malloc_arenas: int = Field(
+        default=2, ge=0, le=64,
+        description=("glibc malloc arenas the process may use (set at start-up, before its threads start; 0: "
+                     "glibc's default of 8 per core). Fewer arenas keep less free memory apart per thread."),
+    )
     local_index_rows: int = Field(
         default=50_000, ge=0,
         description=(
