@@ -207,3 +207,19 @@ def serving(**settings: str) -> Iterator[str]:
             yield f"http://127.0.0.1:{port}"
         finally:
             stop_process(process, timeout=60)
+
+
+def record_filters(store: Any) -> list[str]:
+    """Spy on a store's queries: return the list each query's filter template is appended to (the query still runs).
+
+    For tests that pin which filters reach Milvus Lite (it scans the collection for anything but a primary-key
+    lookup)."""
+    filters: list[str] = []
+    query = store.query
+
+    def recorded(collection: str, where: Any, **kwargs: Any) -> Any:
+        filters.append(where.template)
+        return query(collection, where, **kwargs)
+
+    store.query = recorded
+    return filters

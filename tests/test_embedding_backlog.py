@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
@@ -24,7 +24,7 @@ from storage.embedding_backlog import EmbeddingBacklog
 from storage.memories import MemoryRepository
 from storage.memory_rows import EMBEDDED_FIELD, memory_spec, pending_vector
 from storage.milvus import MilvusStore
-from tests.conftest import ROOT, make_settings, post
+from tests.conftest import ROOT, make_settings, post, record_filters
 
 NS = Namespace(agent_id="a", session_id="s")
 TEXTS = ("the reconciliation timeout is 30 seconds", "my sister likes ramen with extra egg",
@@ -447,14 +447,7 @@ def test_the_worker_reads_its_rows_by_primary_key_alone(opened: tuple[MilvusStor
     store, repository = opened
     backlog = EmbeddingBacklog(repository)
     repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
-    filters: list[str] = []
-    query = store.query
-
-    def recorded(collection: str, where: Filter, **kwargs: Any) -> list[dict[str, Any]]:
-        filters.append(where.template)
-        return query(collection, where, **kwargs)
-
-    store.query = recorded  # type: ignore[method-assign]
+    filters = record_filters(store)
     assert backlog.drain(timeout=30)
     assert {row[EMBEDDED_FIELD] for row in stored(repository).values()} == {1}
     by_id = [template for template in filters if "id in" in template]

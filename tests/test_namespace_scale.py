@@ -21,7 +21,7 @@ from storage.base import Filter
 from storage.memories import MemoryRepository
 from storage.memory_rows import kinds_filter, live_filter, new_memory_id, scope_filter
 from storage.milvus import MilvusStore
-from tests.conftest import post
+from tests.conftest import post, record_filters
 
 AGENT = Namespace(agent_id="grown", session_id="main")
 
@@ -228,14 +228,7 @@ def test_rows_are_read_by_primary_key_alone_and_stay_within_their_tenant(tmp_pat
         mine, theirs = filler(1), filler(2)
         memories.save(DEFAULT_TENANT, [mine])
         memories.save("other-tenant", [theirs])
-        filters: list[str] = []
-        query = store.query
-
-        def recorded(collection: str, where: Filter, **kwargs: Any) -> list[dict[str, Any]]:
-            filters.append(where.template)
-            return query(collection, where, **kwargs)
-
-        store.query = recorded  # type: ignore[method-assign]
+        filters = record_filters(store)
         assert [m.id for m in memories.get_many(DEFAULT_TENANT, [mine.id, theirs.id])] == [mine.id]
         assert memories.get(DEFAULT_TENANT, theirs.id) is None
         assert memories.get("other-tenant", theirs.id) is not None
