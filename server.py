@@ -1,9 +1,16 @@
 """The plugin server: create_app(settings) builds a Flask app over the node registry.
 
-Run `python server.py [--host H] [--port P]`; nothing happens at import time.
+Run `python server.py [--host H] [--port P]`; nothing happens at import time (run as a script, the cyclic
+garbage collector waits for the imports below: see main).
 """
 
+# ruff: noqa: E402  (run as a script, the collector is switched off before the imports, so gc comes first)
 from __future__ import annotations
+
+import gc
+
+if __name__ == "__main__":
+    gc.disable()
 
 import argparse
 import hmac
@@ -271,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     waitress, not Flask's development server: it keeps connections alive (Werkzeug closes every one) and runs a
     fixed pool of request threads, so a workflow engine calling node after node pays for one connection.
     """
+    freeze_imports()
     try:
         settings = Settings.from_env()
         parser = argparse.ArgumentParser(description="Agent Context Nodes plugin server")
@@ -303,6 +311,21 @@ def main(argv: list[str] | None = None) -> None:
         server.run()
     finally:
         runtime.close()
+
+
+def freeze_imports() -> None:
+    """Keep what has been imported out of the cyclic collector's scans from now on, and switch the collector on.
+
+    Importing the server makes ~210k objects that live as long as the process (modules, classes, functions:
+    pymilvus, pandas, pyarrow, flask, pydantic models). Collected as they were made, the collector went over them
+    again and again: ~0.2 s of CPU, about a sixth of launch → first answer (measured: 1.35–1.45 s of CPU with the
+    collector on during the imports, 1.17–1.23 s with it off). `python server.py` switches it off before its
+    imports (above); gc.freeze moves everything made so far out of its sight, so later collections (full ones
+    included) do not scan the imports either. What freezing keeps that a collection would have freed: ~1,300
+    objects of import-time cycles, once.
+    """
+    gc.freeze()
+    gc.enable()
 
 
 def _install_signal_handlers(close: Callable[[], None]) -> None:
