@@ -25,6 +25,7 @@ from storage.memories import MemoryRepository
 from storage.milvus import MilvusStore, open_store
 from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
+from text.byte_cache import TEXT_CACHE
 from text.model_cache import cache_dir_setting, load_jieba_dictionary
 from text.tokens import Tokenizer, load_tokenizer
 
@@ -106,6 +107,7 @@ class Runtime:
         # jieba's own): load it while the store opens, so the first request does not wait for it (jieba's own
         # lock makes an early caller wait).
         cache = cache_dir_setting(settings.cache_dir)
+        TEXT_CACHE.resize(settings.text_cache_mb << 20)
         parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
         reranker = Reranker.from_settings(settings)  # likewise a malformed ACN_RERANK_URL
         import_jieba()  # here, not in the thread: nothing else imports while pkg_resources is blocked

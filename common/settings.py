@@ -253,6 +253,14 @@ class Settings(StrictModel):
             "or indexed per batch."
         ),
     )
+    text_cache_mb: int = Field(
+        default=32, ge=0,
+        description=(
+            "How many MB the text caches may hold in all: texts folded, shingled and segmented for dedup, ranking "
+            "and BM25 (counted per entry: key text, value and its strings; least recently used first out). "
+            "Apart from ACN_READ_CACHE_MB. 0 keeps nothing: every text is processed again each time."
+        ),
+    )
     recency_half_life_hours: float = Field(
         default=72.0, gt=0, description="Half-life of the recency decay used in memory ranking."
     )

@@ -9,37 +9,33 @@ import sys
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Iterator
-from functools import lru_cache
+
+from text.byte_cache import TEXT_CACHE, interned_items_bytes, text_bytes
 
 _NOISE = re.compile(r"[\W_]+", re.UNICODE)
 
 
-# Assembly folds the same stored memories on every call: short texts are kept by the tens of thousands,
-# long ones (tool output) by the few hundred, and texts longer than LONG_TEXT_CHARS not at all.
-SHORT_TEXT_CHARS = 2000
+# Assembly folds the same stored memories on every call: what folding and shingling made is kept in the text
+# cache (text/byte_cache.py: ACN_TEXT_CACHE_MB in all, least recently used out first); texts longer than
+# LONG_TEXT_CHARS are not kept at all.
 LONG_TEXT_CHARS = 100_000
 
 
 def normalise(text: str) -> str:
     """Return text folded for comparison: NFKC (full-width to half-width), lower case, no punctuation."""
-    if len(text) <= SHORT_TEXT_CHARS:
-        return _normalise_short(text)
-    return _normalise_long(text) if len(text) <= LONG_TEXT_CHARS else _normalise(text)
+    return _normalise_cached(text) if len(text) <= LONG_TEXT_CHARS else _normalise(text)
 
 
 def _normalise(text: str) -> str:
     return _NOISE.sub("", unicodedata.normalize("NFKC", text).casefold())
 
 
-_normalise_short = lru_cache(maxsize=32768)(_normalise)
-_normalise_long = lru_cache(maxsize=256)(_normalise)
+_normalise_cached = TEXT_CACHE.cached(text_bytes)(_normalise)
 
 
 def shingles(text: str) -> frozenset[str]:
     """Return the character bigrams of the normalised text (the single character when it is one long)."""
-    if len(text) <= SHORT_TEXT_CHARS:
-        return _shingles_short(text)
-    return _shingles_long(text) if len(text) <= LONG_TEXT_CHARS else _shingles(text)
+    return _shingles_cached(text) if len(text) <= LONG_TEXT_CHARS else _shingles(text)
 
 
 def _shingles(text: str) -> frozenset[str]:
@@ -49,8 +45,7 @@ def _shingles(text: str) -> frozenset[str]:
     return frozenset(sys.intern(folded[i : i + 2]) for i in range(len(folded) - 1))
 
 
-_shingles_short = lru_cache(maxsize=16384)(_shingles)
-_shingles_long = lru_cache(maxsize=256)(_shingles)
+_shingles_cached = TEXT_CACHE.cached(interned_items_bytes)(_shingles)
 
 
 def shingle_similarity(a: frozenset[str], b: frozenset[str]) -> float:

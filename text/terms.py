@@ -7,7 +7,8 @@ suffix stemmer on both sides lets the re-ranker see those matches. Numbers, date
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+
+from text.byte_cache import TEXT_CACHE, items_bytes, text_bytes
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9'_-]*")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -29,7 +30,7 @@ _SUFFIXES = ("ational", "ization", "fulness", "ousness", "iveness", "ements", "e
              "ings", "ing", "edly", "ied", "ies", "ed", "ers", "er", "ly", "es", "s")
 
 
-@lru_cache(maxsize=65536)
+@TEXT_CACHE.cached(text_bytes)
 def stem(word: str) -> str:
     """Return a crude stem: the longest known suffix removed while at least three letters remain."""
     if not word.isalpha() or len(word) <= 3:
@@ -51,7 +52,7 @@ def content_terms(text: str) -> list[str]:
 
 
 # Retrieval re-scores the same stored memories on every query; segmenting them again is most of its cost.
-@lru_cache(maxsize=32768)
+@TEXT_CACHE.cached(items_bytes)
 def _content_terms(text: str) -> tuple[str, ...]:
     lowered = text.lower()
     terms = [stem(w.strip("'_-")) for w in _WORD.findall(lowered) if w not in STOP_EN]
@@ -71,7 +72,7 @@ def content_term_set(text: str) -> frozenset[str]:
     return _content_term_set(text)
 
 
-@lru_cache(maxsize=32768)
+@TEXT_CACHE.cached(items_bytes)
 def _content_term_set(text: str) -> frozenset[str]:
     return frozenset(_content_terms(text))
 
@@ -136,5 +137,5 @@ def _block_tokens(block: str) -> tuple[str, ...]:
     return tuple(w.lower() for w in jieba.cut_for_search(block, HMM=True))
 
 
-_block_tokens_cached = lru_cache(maxsize=65536)(_block_tokens)
-_bm25_tokens_cached = lru_cache(maxsize=32768)(_bm25_tokens)
+_block_tokens_cached = TEXT_CACHE.cached(items_bytes)(_block_tokens)
+_bm25_tokens_cached = TEXT_CACHE.cached(items_bytes)(_bm25_tokens)
