@@ -6,6 +6,8 @@ Scale with threads (ACN_THREADS), a Milvus server behind ACN_MILVUS_URI, and rep
 docs/DEPLOYMENT.md.
 """
 
+import gc
+import importlib
 import os
 
 wsgi_app = "server:create_app()"
@@ -21,6 +23,14 @@ timeout = 120
 graceful_timeout = 30
 # Access logs add nothing to the server's own JSON request logs.
 accesslog = None
+
+
+def post_fork(server, worker):  # noqa: ARG001 - gunicorn's hook signature
+    """In the worker, before it builds the app: import the server with the cyclic collector off, then freeze the
+    imports and switch it back on (server.freeze_imports: ~0.2 s of CPU less at every start, as `python server.py`).
+    """
+    gc.disable()
+    importlib.import_module("server").freeze_imports()
 
 
 def worker_exit(server, worker):  # noqa: ARG001 - gunicorn's hook signature

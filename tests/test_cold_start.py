@@ -110,3 +110,16 @@ def test_the_first_answers_after_a_cold_start_are_a_warm_servers(tmp_path: Path)
     assert all(found for found in first)
     for query, (cold_answer, warm_answer) in zip(QUERIES, zip(first, warm, strict=True), strict=True):
         assert cold_answer == warm_answer, f"{query}:\n{cold_answer}\n{warm_answer}"
+
+
+def test_the_gunicorn_worker_imports_the_server_with_the_collector_off_and_freezes_the_imports() -> None:
+    code = """
+import gc, runpy, sys
+hooks = runpy.run_path("deploy/gunicorn.conf.py")
+assert "server" not in sys.modules
+hooks["post_fork"](None, None)
+print("server" in sys.modules, gc.isenabled(), gc.get_freeze_count())
+"""
+    imported, enabled, frozen = run_python(code).split()
+    assert (imported, enabled) == ("True", "True")
+    assert int(frozen) > 50_000
