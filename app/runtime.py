@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from common.settings import Settings
 from providers.embedders import Embedder
@@ -52,14 +53,14 @@ def import_jieba() -> ModuleType:
     if "jieba" in sys.modules or "pkg_resources" in sys.modules:
         import jieba
 
-        return jieba
+        return cast(ModuleType, jieba)
     sys.modules["pkg_resources"] = None  # type: ignore[assignment]  # "import pkg_resources" raises ImportError
     try:
         import jieba
     finally:
-        if "pkg_resources" in sys.modules and sys.modules["pkg_resources"] is None:
+        if "pkg_resources" in sys.modules and sys.modules.get("pkg_resources") is None:
             del sys.modules["pkg_resources"]
-    return jieba
+    return cast(ModuleType, jieba)
 
 
 def _warm(embedder: Embedder) -> None:

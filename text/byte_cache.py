@@ -32,6 +32,7 @@ INTERNED_SLOT_BYTES = 40
 MAX_SHARE = 1 / 16
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 def text_bytes(value: str) -> int:
@@ -125,10 +126,10 @@ class ByteLRU:
             self.bytes -= nbytes
 
 
-class Cached(Protocol[T]):
+class Cached(Protocol[T_co]):
     """A function of one string whose results live in a ByteLRU."""
 
-    def __call__(self, text: str) -> T: ...
+    def __call__(self, text: str) -> T_co: ...
 
     def holds(self, text: str) -> bool:
         """Whether the result for text is kept now."""
