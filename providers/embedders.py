@@ -223,8 +223,61 @@ class E5Embedder(Embedder):
         return self._model
 
 
+class CombinedEmbedder(Embedder):
+    """Several embedders as one: each part's vector L2-normalised, scaled by 1/sqrt(n) and concatenated.
+
+    The inner product of two combined vectors is then the mean of the parts' cosines, so one vector field and the
+    store's inner-product search rank by the mean similarity (`use+e5`: USE's 512 + e5's 384 = 896 dimensions).
+    Queries go to each part's embed_query (e5 keeps its "query: " prefix). Inline only when every part is: with
+    e5 in it, stored rows are embedded by the background worker like e5's own.
+    """
+
+    name: ClassVar[str] = "combined"
+
+    def __init__(self, parts: list[Embedder]) -> None:
+        if not parts:
+            raise ValidationError("a combined embedder needs at least one part")
+        self.parts = list(parts)
+        self.dim = sum(part.dim for part in self.parts)
+        self.inline = all(part.inline for part in self.parts)  # type: ignore[misc]  # per instance: from the parts
+        self._scale = 1.0 / math.sqrt(len(self.parts))
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._joined([part.embed_batch(texts) for part in self.parts])
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._joined([[part.embed_query(text)] for part in self.parts])[0]
+
+    def warm(self) -> None:
+        for part in self.parts:
+            part.warm()
+
+    def use_cache(self, folder: Path) -> None:
+        for part in self.parts:
+            part.use_cache(folder)
+
+    def _joined(self, per_part: list[list[list[float]]]) -> list[list[float]]:
+        """Return, per text, the parts' vectors normalised, scaled and concatenated (in the parts' order)."""
+        import numpy as np
+
+        blocks = []
+        for vectors in per_part:
+            block = np.asarray(vectors, dtype=np.float64)
+            norms = np.linalg.norm(block, axis=1, keepdims=True)
+            blocks.append(block / np.maximum(norms, 1e-12) * self._scale)
+        joined: list[list[float]] = np.concatenate(blocks, axis=1).tolist()
+        return joined
+
+
+def use_e5(threads: int = 1) -> CombinedEmbedder:
+    """Return `use+e5`: USE and e5 combined (the mean of their cosines); e5's OpenMP threads as given."""
+    return CombinedEmbedder([UniversalSentenceEncoder(), E5Embedder(threads=threads)])
+
+
 EMBEDDERS: dict[str, Callable[[], Embedder]] = {"hash": HashEmbedder, "use": UniversalSentenceEncoder,
-                                               "e5": E5Embedder}
+                                               "e5": E5Embedder, "use+e5": use_e5}
 
 
 def register_embedder(name: str, factory: Callable[[], Embedder]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.settings import Settings
-from providers.embedders import E5Embedder, Embedder, load_embedder
+from providers.embedders import E5Embedder, Embedder, load_embedder, use_e5
 from providers.openai_embeddings import OpenAIEmbedder
 
 
@@ -15,6 +15,8 @@ def embedder_from_settings(settings: Settings, cache: Path | None = None) -> Emb
         return OpenAIEmbedder.from_settings(settings)
     if settings.embedder == "e5":
         return E5Embedder(threads=settings.embedding_threads)
+    if settings.embedder == "use+e5":
+        return use_e5(threads=settings.embedding_threads)
     return load_embedder(settings.embedder, cache)
 
 
