@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import replace
+from functools import lru_cache
 from typing import get_args
 
 from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
@@ -251,7 +252,11 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps,
 def message_day(memory: Memory) -> str | None:
     """Return the day an archived message was said on (its `time` or `date` meta, normalised), or None."""
     when = memory.meta.get("time") or memory.meta.get("date")
-    return normalise_date(when) if memory.kind == "turn" and isinstance(when, str) and when.strip() else None
+    return _day(when) if memory.kind == "turn" and isinstance(when, str) and when.strip() else None
+
+
+# A conversation has a few dozen dates and every call reads each of its 100-300 candidates' date: parsed once.
+_day = lru_cache(maxsize=4096)(normalise_date)
 
 
 def same_day(one: Memory, other: Memory) -> bool:
