@@ -23,7 +23,7 @@ from pathlib import Path
 
 from assembly.fit import fit_text_items
 from assembly.layers import memory_items
-from assembly.recall import MAX_TURN_POOL, focused_candidates
+from assembly.recall import MAX_TURN_POOL, day_weighted, focused_candidates
 from bench.locomo import DEFAULT_DATA, Conversation, Line, OurSystem, ingest, load, store_name
 from bench.progress import progress
 from common.auth import DEFAULT_TENANT
@@ -64,8 +64,8 @@ def packed_evidence(lines: list[Line], positions: dict[str, int], question: str,
 def ranks_of_evidence(system: OurSystem, namespace: dict[str, str], question: str, evidence: list[str]) -> list[int]:
     """Return, per evidence turn, its position in the focused candidate list (-1 when absent)."""
     runtime = system.app.extensions["acn"]
-    candidates = focused_candidates(Namespace(**namespace), question, runtime.deps(DEFAULT_TENANT), top_k=5,
-                                    turn_pool=MAX_TURN_POOL, history=[], shown_turns=set())
+    candidates = day_weighted(focused_candidates(Namespace(**namespace), question, runtime.deps(DEFAULT_TENANT),
+                                                 top_k=5, turn_pool=MAX_TURN_POOL, history=[], shown_turns=set()))
     first: dict[str, int] = {}
     for index, candidate in enumerate(candidates):
         dia_id = candidate.memory.meta.get("dia_id")
