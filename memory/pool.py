@@ -22,6 +22,7 @@ from storage.base import Filter
 from storage.memories import MemoryRepository
 from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.read_cache import Stamp
+from text.numbers import extract_key_numbers
 from text.similarity import normalise, shingles
 
 
@@ -47,6 +48,17 @@ OVERLAP_COST = 4
 SKIP_FROM = 16_384  # posting entries below which counting them all is cheaper (numpy's fixed costs, measured)
 # How long a row may take from its stamp (now_ms) to landing in the store, for pools other processes write to.
 WRITE_LAG_MS = 5_000
+
+
+def numbers_conflict(old: str, new: str) -> bool:
+    """Return True when the new text drops a number of the old one: a different fact, not an update.
+
+    "订单 A0001" and "订单 A0002" are textually near-identical but are two orders; an update may add
+    detail ("张江路100号" → "张江路100号3楼") but never silently replace a value.
+    """
+    old_values = {n.value for n in extract_key_numbers(old)}
+    new_values = {n.value for n in extract_key_numbers(new)}
+    return not old_values <= new_values
 
 
 def known(memory: Memory | dict[str, Any]) -> Known:
@@ -258,11 +270,15 @@ class DedupIndex:
         best: tuple[float, Known] | None = None
         if not target:
             return None
+        wanted = len(target)
         for slot in range(start, len(self.slots)):
             memory = self.slots[slot]
             if memory is None or memory.scope != scope or memory.kind != kind:
                 continue
-            score = 2.0 * len(target & shingles(memory.content)) / (len(target) + self.sizes[slot])
+            size = self.sizes[slot]
+            if 2.0 * min(wanted, size) / (wanted + size) < floor:  # even sharing every bigram it could not reach
+                continue
+            score = 2.0 * len(target & shingles(memory.content)) / (wanted + size)
             if score > 0 and score >= floor and best_of(best, (score, memory)) is not best:
                 best = (score, memory)
         return best
@@ -371,8 +387,11 @@ class Pool:
                 wanted.update(m.id for m in self.index.same_key(item.scope, item.kind, item.key))
             found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
             self.early[id(item)] = (found, floor, mark)
-            # A shared pool confirms even an exact duplicate in the store (see verified): read those too.
-            if found is not None and (self.verify or normalise(found[1].content) != normalise(item.content)):
+            # A shared pool confirms even an exact duplicate in the store (see verified): read those too. Else only
+            # a near-duplicate the item would update is read: one whose numbers the item drops stays as it is
+            # (a different fact, write.write_item), and should the batch change that, `full` reads it alone.
+            if found is not None and (self.verify or (normalise(found[1].content) != normalise(item.content)
+                                                      and not numbers_conflict(found[1].content, item.content))):
                 wanted.add(found[1].id)
         return wanted
 
