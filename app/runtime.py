@@ -119,7 +119,8 @@ class Runtime:
         store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
                                                db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
                                                flush_interval=settings.flush_interval_seconds,
-                                               trim_after_flush=settings.trim_after_flush),
+                                               trim_after_flush=settings.trim_after_flush,
+                                               flush_every_unsearched=settings.flush_every_unsearched_writes),
                            settings.store_wait_seconds)
         try:
             embedder = embedder_from_settings(settings, cache)

@@ -1,7 +1,8 @@
 """mem0 as a peer column: the same memories written, searched and restarted on both, side by side (issue 21).
 
 Run: nice .venv/bin/python -m bench.peer [--sizes 1000,10000] [--spread 10000x100] [--rounds 2] [--searches 100]
-                                        [--ours none,use] [--no-mem0] [--locomo 0,1] [--out bench/results/peer.md]
+                                        [--ours none,use] [--no-mem0] [--locomo 0,1] [--write-only]
+                                        [--out bench/results/peer.md]
 
 mem0 2.2.1 runs in its own virtual environment (.venv-mem0 beside the repository, created here when missing,
 never a project dependency) through bench/peer_mem0.py: `add(infer=False)` (no LLM is configured: a dummy that
@@ -15,6 +16,8 @@ Per shape (N memories in one namespace, or N spread over K namespaces), each sys
 - restart; cold start: process launch → first search answered; first search after restart: that search alone;
 - search: --searches questions over the stored memories, top 10, p50 / p95;
 - RSS of the process and its children (Milvus Lite's server) after the searches; disk: the store folder.
+With --write-only the restart and the searches are skipped (a 100k run of mem0 writes for ~7 min on a quiet machine
+and searches for seconds each): those rows show "—", disk is still measured.
 LoCoMo (conversations --locomo, each message one memory, one namespace a conversation): a question hits when one
 of its evidence messages is among the top 10. Data: ACN_BENCH_DATA, else ../shared/data (bench.recall).
 mem0 is reported as it is and, apart, with Lite's negative BM25 scores made positive (its keyword half is
@@ -81,6 +84,7 @@ class Config:
     mem0: bool = True
     locomo: tuple[int, ...] = (0, 1)
     command: str = "python -m bench.peer"
+    write_only: bool = False  # skip the restart, cold start, searches and RSS
 
 
 @dataclass
@@ -253,7 +257,7 @@ def timed(call: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
 
 
 def run_ours(shape: Shape, data: dict[str, list[str]], questions: list[tuple[str, str]], embedder: str,
-             folder: Path, cache: Path) -> Run:
+             folder: Path, cache: Path, write_only: bool = False) -> Run:
     store, run = folder / "memory.db", Run()
     with ours_process(store, embedder, cache) as (client, _, _):
         for ns, texts in progress(data.items(), total=len(data), desc=f"ours {embedder} write"):
@@ -262,6 +266,9 @@ def run_ours(shape: Shape, data: dict[str, list[str]], questions: list[tuple[str
                 ms, _ = timed(client.post, "memory_write", {"agent_id": ns, "session_id": SESSION, "items": items})
                 run.write_ms.append(ms)
                 run.items += len(items)
+    if write_only:
+        run.disk_mb = disk_mb(folder)
+        return run
     with ours_process(store, embedder, cache) as (client, pid, started):
         (first_ns, first_q), *rest = questions
         run.first_search_ms, _ = timed(client.post, "memory_retrieve", retrieve(first_ns, first_q))
@@ -278,7 +285,8 @@ def retrieve(ns: str, question: str) -> dict[str, Any]:
     return {"agent_id": ns, "session_id": SESSION, "query": question, "top_k": TOP_K}
 
 
-def run_mem0(python: Path, data: dict[str, list[str]], questions: list[tuple[str, str]], folder: Path) -> Run:
+def run_mem0(python: Path, data: dict[str, list[str]], questions: list[tuple[str, str]], folder: Path,
+             write_only: bool = False) -> Run:
     store, run = folder / "mem0", Run()
     with mem0_process(python, store) as peer:
         for ns, texts in progress(data.items(), total=len(data), desc="mem0 write"):
@@ -286,6 +294,9 @@ def run_mem0(python: Path, data: dict[str, list[str]], questions: list[tuple[str
                 answer = peer.call(op="add", namespace=ns, texts=texts[start:start + BATCH])
                 run.write_ms.append(answer["ms"])
                 run.items += len(answer["ids"])
+    if write_only:
+        run.disk_mb = disk_mb(store)
+        return run
     with mem0_process(python, store) as peer:
         (first_ns, first_q), *rest = questions
         run.first_search_ms = peer.call(op="search", namespace=first_ns, query=first_q, top_k=TOP_K)["ms"]
@@ -397,9 +408,9 @@ def run(config: Config, folder: Path, mem0_python: Path | None = None) -> Report
                 count += 1
                 if system == MEM0_NAME:
                     assert mem0_python is not None
-                    measured = run_mem0(mem0_python, data, questions, where)
+                    measured = run_mem0(mem0_python, data, questions, where, config.write_only)
                 else:
-                    measured = run_ours(shape, data, questions, embedder, where, cache)
+                    measured = run_ours(shape, data, questions, embedder, where, cache, config.write_only)
                 runs.setdefault((shape.name, system), []).append(measured)
                 shutil.rmtree(where, ignore_errors=True)  # a 100k store is large; the figures are taken
     tallies: dict[str, tuple[int, int]] = {}
@@ -426,9 +437,11 @@ class Metric:
     unit: str
     higher_is_better: bool
 
-    def of(self, runs: list[Run]) -> float:
+    def of(self, runs: list[Run]) -> float | None:
         if self.name.startswith("memory_write"):
             return sum(r.items for r in runs) * 1000 / sum(sum(r.write_ms) for r in runs)
+        if self.name != "disk" and not any(r.search_ms or r.first_search_ms for r in runs):
+            return None  # --write-only
         pooled = [ms for r in runs for ms in r.search_ms]
         median = statistics.median
         return {"search p50": lambda: percentile(pooled, 0.50), "search p95": lambda: percentile(pooled, 0.95),
@@ -458,8 +471,8 @@ def rows(report: Report, shape: Shape) -> list[list[str]]:
     table = []
     for metric in METRICS:
         cells = [f"{metric.name} ({metric.unit})"]
-        values = {s: metric.of(report.runs[(shape.name, s)]) for s in report.systems
-                  if (shape.name, s) in report.runs}
+        values = {s: value for s in report.systems
+                  if (shape.name, s) in report.runs and (value := metric.of(report.runs[(shape.name, s)])) is not None}
         peer = values.get(MEM0_NAME)
         for system in columns(report):
             value = values.get(system)
@@ -525,12 +538,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours", default="none,use", help="our columns: ACN_EMBEDDER values")
     parser.add_argument("--no-mem0", action="store_true", help="our side only (no mem0 environment)")
     parser.add_argument("--locomo", default="0,1", help="LoCoMo conversations ('' for none)")
+    parser.add_argument("--write-only", action="store_true",
+                        help="writes and disk only: no restart, cold start, searches or RSS (long runs)")
     parser.add_argument("--out", type=Path, default=RESULTS / "peer.md")
     args = parser.parse_args(argv)
     command = "python -m bench.peer " + " ".join(argv if argv is not None else sys.argv[1:])
     config = Config(parse_shapes(args.sizes, args.spread), args.rounds, args.searches,
                     tuple(e for e in args.ours.split(",") if e), not args.no_mem0,
-                    tuple(int(i) for i in args.locomo.split(",") if i), command.strip())
+                    tuple(int(i) for i in args.locomo.split(",") if i), command.strip(), args.write_only)
     with tempfile.TemporaryDirectory(prefix="acn-peer-") as folder:
         report = run(config, Path(folder))
     text = render(report)

@@ -225,6 +225,11 @@ class Settings(StrictModel):
         default=200, gt=0,
         description="Flush a collection once this many writes to it wait (Lite searches unflushed rows slowly).",
     )
+    flush_every_unsearched_writes: int = Field(
+        default=1000, gt=0,
+        description=("With a Lite file, flush a collection nothing searched since its last flush once this many writes "
+                     "wait (a bulk writer pays fewer, larger flushes; searches still see ACN_FLUSH_EVERY_WRITES)."),
+    )
     flush_interval_seconds: float = Field(
         default=5.0, gt=0, description="Flush the store at least this often while writes are pending."
     )

@@ -22,6 +22,7 @@ from storage.base import Filter
 from storage.memories import MemoryRepository
 from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.read_cache import Stamp
+from text.numbers import extract_key_numbers
 from text.similarity import normalise, shingles
 
 
@@ -49,6 +50,17 @@ SKIP_FROM = 16_384  # posting entries below which counting them all is cheaper (
 WRITE_LAG_MS = 5_000
 
 
+def numbers_conflict(old: str, new: str) -> bool:
+    """Return True when the new text drops a number of the old one: a different fact, not an update.
+
+    "订单 A0001" and "订单 A0002" are textually near-identical but are two orders; an update may add
+    detail ("张江路100号" → "张江路100号3楼") but never silently replace a value.
+    """
+    old_values = {n.value for n in extract_key_numbers(old)}
+    new_values = {n.value for n in extract_key_numbers(new)}
+    return not old_values <= new_values
+
+
 def known(memory: Memory | dict[str, Any]) -> Known:
     """Return the dedup view of a memory or of a light store row."""
     if isinstance(memory, Memory):
@@ -62,6 +74,23 @@ def code_of(gram: str) -> int:
     return (ord(gram[0]) << 21) | (ord(gram[1]) if len(gram) > 1 else 0)
 
 
+# Odd 64-bit constants of splitmix64's finaliser: a bigram set's hash is the sum of its codes mixed by it.
+MIX_1, MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def mixed(codes: np.ndarray) -> np.ndarray:
+    """Return the codes (int64) scrambled so that their sum (mod 2**64, order free) hashes the bigram set."""
+    x = codes.astype(np.uint64)
+    x = (x ^ (x >> np.uint64(30))) * MIX_1
+    x = (x ^ (x >> np.uint64(27))) * MIX_2
+    return x ^ (x >> np.uint64(31))
+
+
+def set_hash(codes: list[int]) -> int:
+    """Return the hash of one bigram set (its codes, code_of): the same as DedupIndex.add_all computes at once."""
+    return int(mixed(np.array(codes, dtype=np.int64)).sum(dtype=np.uint64)) if codes else 0
+
+
 class DedupIndex:
     """The live memories of a namespace by slot, with postings of character bigrams and a map of keys.
 
@@ -71,6 +100,8 @@ class DedupIndex:
     sizes with no set compared. Bigrams are ints (code_of); postings are arrays of int32 slots (4 bytes an entry:
     a 100k-memory namespace's index is tens of MB, not the hundreds a set of ids per bigram takes); a changed
     memory gets a new slot and its old one is marked dead (updates are rare next to adds; a reload starts clean).
+    A memory with the item's very bigram set (Dice 1, an exact duplicate most often) is found by the set's hash,
+    with no posting counted.
     """
 
     def __init__(self) -> None:
@@ -80,6 +111,8 @@ class DedupIndex:
         self.alive = bytearray()  # 1 per live slot
         self.groups: dict[tuple[str, str], dict[int, array[int]]] = {}  # (scope, kind) -> bigram -> slots
         self.keyed: dict[tuple[str, str, str], set[str]] = {}
+        # (scope, kind) -> hash of a bigram set (set_hash) -> the slot, or the ascending slots, holding that hash
+        self.same_set: dict[tuple[str, str], dict[int, int | list[int]]] = {}
         # Each slot's own bigrams in one flat array, from starts[slot], sizes[slot] long: the exact overlap of the
         # few slots `nearest` lets through, without counting the longest postings.
         self.codes = array("q")
@@ -92,7 +125,7 @@ class DedupIndex:
 
     def nbytes(self) -> int:
         """Return an estimate of the memory the index holds (the read cache's byte budget counts it)."""
-        return 208 * len(self.slots) + 2 * self.chars + 12 * self.entries + 150 * sum(map(len, self.groups.values()))
+        return 288 * len(self.slots) + 2 * self.chars + 12 * self.entries + 150 * sum(map(len, self.groups.values()))
 
     def get(self, memory_id: str) -> Known | None:
         slot = self.slot_of.get(memory_id)
@@ -109,6 +142,7 @@ class DedupIndex:
         slot = len(self.slots)
         self._slot(memory, len(codes), len(self.codes))
         self.codes.extend(codes)
+        self._same_set((memory.scope, memory.kind), set_hash(codes), slot)
         postings = self.groups.get((memory.scope, memory.kind))
         if postings is None:
             postings = self.groups[(memory.scope, memory.kind)] = {}
@@ -117,6 +151,18 @@ class DedupIndex:
             if posting is None:
                 postings[code] = posting = array("i")
             posting.append(slot)
+
+    def _same_set(self, group: tuple[str, str], key: int, slot: int) -> None:
+        hashes = self.same_set.get(group)
+        if hashes is None:
+            hashes = self.same_set[group] = {}
+        held = hashes.get(key)
+        if held is None:
+            hashes[key] = slot
+        elif isinstance(held, int):
+            hashes[key] = [held, slot]
+        else:
+            held.append(slot)
 
     def _slot(self, memory: Known, size: int, start: int) -> None:
         self.slot_of[memory.id] = len(self.slots)
@@ -154,8 +200,14 @@ class DedupIndex:
         keys = keys[np.concatenate((keys[:1] == keys[:1], keys[1:] != keys[:-1]))]
         rows, codes = keys >> 42, keys & ((1 << 42) - 1)
         sizes = np.bincount(rows, minlength=len(memories))
-        for memory, size, start in zip(memories, sizes.tolist(), (np.cumsum(sizes) - sizes).tolist(), strict=True):
+        firsts_of = np.cumsum(sizes) - sizes
+        hashes = np.zeros(len(memories), dtype=np.uint64)
+        if len(codes):
+            hashes[sizes > 0] = np.add.reduceat(mixed(codes), firsts_of[sizes > 0])
+        for slot, (memory, size, start, key) in enumerate(zip(memories, sizes.tolist(), firsts_of.tolist(),
+                                                               hashes.tolist(), strict=True)):
             self._slot(memory, size, start)
+            self._same_set((memory.scope, memory.kind), key, slot)
         self.codes.frombytes(codes.tobytes())
         group_keys = {key: number for number, key in enumerate(dict.fromkeys((m.scope, m.kind) for m in memories))}
         postings_of = [self.groups.setdefault(key, {}) for key in group_keys]
@@ -196,6 +248,9 @@ class DedupIndex:
         if not target or postings is None:
             return None
         codes = [code_of(gram) for gram in target]
+        same = self.same_bigrams(scope, kind, codes) if floor <= 1.0 else None
+        if same is not None:
+            return 1.0, same
         found = [p for p in map(postings.get, codes) if p is not None]
         # Dice >= floor needs an overlap of at least floor·|A|/(2 − floor) of the item's |A| bigrams.
         needed = max(1, math.ceil(floor * len(target) / (2 - floor) - 1e-9))
@@ -235,6 +290,24 @@ class DedupIndex:
                     if (memory := self.slots[slot]) is not None), key=lambda memory: memory.id)
         return top, best
 
+    def same_bigrams(self, scope: str, kind: str, codes: list[int]) -> Known | None:
+        """Return the live memory of the scope and kind with exactly these bigrams (codes, code_of), the greatest id
+        of them if several: `nearest`'s answer whenever one exists (Dice 1, and every other Dice-1 memory has the
+        same set)."""
+        held = self.same_set.get((scope, kind), {}).get(set_hash(codes))
+        if held is None:
+            return None
+        wanted = sorted(codes)
+        best: Known | None = None
+        for slot in [held] if isinstance(held, int) else held:
+            memory = self.slots[slot]
+            if memory is None or self.sizes[slot] != len(wanted) or (best is not None and memory.id < best.id):
+                continue
+            start = self.starts[slot]
+            if self.codes[start: start + len(wanted)].tolist() == wanted:  # not a collision of hashes
+                best = memory
+        return best
+
     def overlap(self, slots: np.ndarray, target: list[int]) -> np.ndarray:
         """Return how many of the target's bigrams (code_of) each slot holds (slots: ascending, each with bigrams)."""
         wanted = np.array(sorted(target), dtype=np.int64)
@@ -258,11 +331,15 @@ class DedupIndex:
         best: tuple[float, Known] | None = None
         if not target:
             return None
+        wanted = len(target)
         for slot in range(start, len(self.slots)):
             memory = self.slots[slot]
             if memory is None or memory.scope != scope or memory.kind != kind:
                 continue
-            score = 2.0 * len(target & shingles(memory.content)) / (len(target) + self.sizes[slot])
+            size = self.sizes[slot]
+            if 2.0 * min(wanted, size) / (wanted + size) < floor:  # even sharing every bigram it could not reach
+                continue
+            score = 2.0 * len(target & shingles(memory.content)) / (wanted + size)
             if score > 0 and score >= floor and best_of(best, (score, memory)) is not best:
                 best = (score, memory)
         return best
@@ -371,8 +448,11 @@ class Pool:
                 wanted.update(m.id for m in self.index.same_key(item.scope, item.kind, item.key))
             found = self.index.nearest(item.scope, item.kind, shingles(item.content), floor)
             self.early[id(item)] = (found, floor, mark)
-            # A shared pool confirms even an exact duplicate in the store (see verified): read those too.
-            if found is not None and (self.verify or normalise(found[1].content) != normalise(item.content)):
+            # A shared pool confirms even an exact duplicate in the store (see verified): read those too. Else only
+            # a near-duplicate the item would update is read: one whose numbers the item drops stays as it is
+            # (a different fact, write.write_item), and should the batch change that, `full` reads it alone.
+            if found is not None and (self.verify or (normalise(found[1].content) != normalise(item.content)
+                                                      and not numbers_conflict(found[1].content, item.content))):
                 wanted.add(found[1].id)
         return wanted
 

@@ -12,11 +12,10 @@ from common.models import (
     Namespace,
 )
 from memory.items import DEFAULT_IMPORTANCE, MAX_CONTENT_CHARS, SUPERSEDING_KINDS, Action, MemoryItem, WriteResult
-from memory.pool import Known, Pool
+from memory.pool import Known, Pool, numbers_conflict
 from storage.memories import MemoryRepository
 from storage.memory_rows import new_memory_id
 from text.events import extract_events
-from text.numbers import extract_key_numbers
 from text.similarity import normalise
 
 
@@ -64,17 +63,6 @@ def write_item(pool: Pool, namespace: Namespace, item: MemoryItem, threshold: fl
     memory = new_memory(namespace, item, now)
     pool.add(memory)
     return result(memory, "added")
-
-
-def numbers_conflict(old: str, new: str) -> bool:
-    """Return True when the new text drops a number of the old one: a different fact, not an update.
-
-    "订单 A0001" and "订单 A0002" are textually near-identical but are two orders; an update may add
-    detail ("张江路100号" → "张江路100号3楼") but never silently replace a value.
-    """
-    old_values = {n.value for n in extract_key_numbers(old)}
-    new_values = {n.value for n in extract_key_numbers(new)}
-    return not old_values <= new_values
 
 
 def supersede(pool: Pool, namespace: Namespace, item: MemoryItem, old: list[Memory], now: int) -> WriteResult:

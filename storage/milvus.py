@@ -88,12 +88,17 @@ class MilvusStore(MemoryStore):
 
     def __init__(self, uri: str, *, token: str = "", db_name: str = "", flush_every: int = 200,
                  flush_interval: float = 5.0, trim_after_flush: bool = True,
-                 trim: Callable[[], bool] = trim_free_memory) -> None:
+                 trim: Callable[[], bool] = trim_free_memory, flush_every_unsearched: int = 1000) -> None:
         self.uri = uri
         self.is_server = uri.startswith(("http://", "https://", "tcp://", "grpc://"))
         self._token = token
         self._db_name = db_name
         self._flush_every = flush_every
+        # A Lite collection nothing searched since its last flush waits for this many writes instead: what an
+        # unflushed row costs is paid by searches (STORAGE.md #5), while a Lite flush (segment files, manifest,
+        # then a compaction of the small segments) costs a bulk writer nearly as much for 200 rows as for 1,000.
+        self._flush_every_unsearched = max(flush_every, flush_every_unsearched)
+        self._searched: set[str] = set()  # Lite collections searched since their last flush
         self._flush_interval = flush_interval
         self._client: MilvusClient | None = None
         # Milvus Lite corrupts its write-ahead log under concurrent writers (STORAGE.md #1): every
@@ -329,8 +334,15 @@ class MilvusStore(MemoryStore):
         if not self._write_lock.in_background():
             self._requests_unflushed += count
             self._last_write = time.monotonic()
-        if pending >= self._flush_every:
+        if pending >= self.flush_threshold(collection):
             self._flush_locked([collection])
+
+    def flush_threshold(self, collection: str) -> int:
+        """Return the unflushed writes at which a write flushes the collection inline (a server: flush_every; a Lite
+        file: flush_every once the collection was searched since its last flush, else flush_every_unsearched)."""
+        if self.is_server or collection in self._searched:
+            return self._flush_every
+        return self._flush_every_unsearched
 
     def _flush_locked(self, collections: list[str] | None = None) -> None:
         """Flush the given collections (by default every one written since its last flush)."""
@@ -349,6 +361,7 @@ class MilvusStore(MemoryStore):
             self._last_flush = time.monotonic()
 
     def _flush_one(self, collection: str) -> None:
+        self._searched.discard(collection)  # before: a search during the flush counts for the next one
         self._call(lambda client: client.flush(collection))
 
     def _flush_loop(self) -> None:
@@ -398,6 +411,7 @@ class MilvusStore(MemoryStore):
 
     def search_text(self, collection: str, query: str, *, limit: int, where: Filter,
                     fields: list[str]) -> list[Hit]:
+        self._searched.add(collection)
         result = self._read(lambda c: c.search(
             collection, data=[query], anns_field="sparse", limit=min(limit, MAX_WINDOW),
             output_fields=fields, search_params={"metric_type": "BM25"}, **self._read_kwargs(where)))
@@ -407,6 +421,7 @@ class MilvusStore(MemoryStore):
 
     def search_dense(self, collection: str, vector: list[float], *, limit: int, where: Filter,
                      fields: list[str]) -> list[Hit]:
+        self._searched.add(collection)
         result = self._read(lambda c: c.search(
             collection, data=[vector], anns_field="dense", limit=min(limit, MAX_WINDOW),
             output_fields=fields, search_params={"metric_type": "COSINE"}, **self._read_kwargs(where)))

@@ -76,6 +76,19 @@ def test_ratios_are_ours_over_mem0() -> None:
     assert "| ours, BM25 | 7 | 10 | 70.0% | 2.00× |" in text
 
 
+def test_a_write_only_run_shows_writes_and_disk_and_dashes_for_the_rest() -> None:
+    # --write-only (a 100k run of mem0): no restart and no searches, so no figure for them, and no crash.
+    shape = Shape(100)
+    ours, peer = Run(write_ms=[50.0], items=100, disk_mb=2), Run(write_ms=[500.0], items=100, disk_mb=4)
+    report = Report(Config(shapes=(shape,), locomo=(), write_only=True), ["ours, BM25", MEM0_NAME],
+                    {(shape.name, "ours, BM25"): [ours], (shape.name, MEM0_NAME): [peer]}, {})
+    text = render(report)
+    assert "| memory_write, 100 per call (items/s) | 200 | 2,000 (10.00×) |" in text
+    assert "| search p50 (ms) | — | — |" in text
+    assert "| first search after a restart (ms) | — | — |" in text
+    assert "| disk (MB) | 4.0 | 2.0 (0.50×) |" in text
+
+
 def test_locomo_hits_when_an_evidence_message_is_in_the_top_ten(tmp_path: Path) -> None:
     lines = [locomo.Line(f"D1:{i}", "Ann" if i % 2 else "Bob", "user" if i % 2 else "assistant", text, 1, "")
              for i, text in enumerate(["I adopted a corgi named Biscuit", "Lovely! I bought a red kayak",

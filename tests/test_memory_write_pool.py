@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import cast
 from unittest.mock import patch
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,8 +119,10 @@ def structure(index: DedupIndex) -> tuple[object, ...]:
              for slot in range(len(index.slots))]
     postings = {group: {code: list(slots) for code, slots in postings.items()}
                 for group, postings in index.groups.items()}
+    same_set = {group: {key: [held] if isinstance(held, int) else held for key, held in hashes.items()}
+                for group, hashes in index.same_set.items()}
     return (index.slots, index.slot_of, list(index.sizes), bytes(index.alive), codes, postings, index.keyed,
-            index.chars, index.entries)
+            index.chars, index.entries, same_set)
 
 
 @settings(max_examples=300, deadline=None)
@@ -147,3 +150,22 @@ def test_skipping_one_posting_more_than_prefix_filtering_allows_would_answer_ano
             patch.object(memory.pool, "OVERLAP_COST", 0):  # the let-through slots counted from their own bigrams
         assert pool.index.nearest("session", "fact", shingles("abcdefghij"), 0.9) is None
         assert pool.index.nearest("session", "fact", shingles("abcdefghiXj"), 0.9) == (1.0, loaded[1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(stored=st.lists(st.tuples(TEXTS, KINDS), max_size=20), text=TEXTS, kind=KINDS,
+       floor=st.floats(min_value=0.5, max_value=1.0))
+def test_a_memory_with_the_items_bigram_set_is_checked_not_trusted_to_its_hash(stored: list[tuple[str, str]],
+                                                                               text: str, kind: str,
+                                                                               floor: float) -> None:
+    # Dice 1 is looked up by the hash of the bigram set; with every set hashing alike, the memories found under the
+    # item's hash must still be compared with it (half loaded at once, half added one by one: both hash).
+    with patch.object(memory.pool, "mixed", lambda codes: np.zeros(len(codes), dtype=np.uint64)):
+        loaded = [Known(f"m{i:03d}", content, "session", kind_, None, 1)  # type: ignore[arg-type]
+                  for i, (content, kind_) in enumerate(stored)]
+        pool = Pool(cast(MemoryRepository, None), "t", loaded[: len(loaded) // 2])
+        for each in loaded[len(loaded) // 2:]:
+            pool.index.add(each)
+        item = MemoryItem(kind=kind, content=text)  # type: ignore[arg-type]
+        found = pool.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+    assert (None if found is None else (found[0], found[1].id)) == brute_force_best(loaded, item, floor)

@@ -80,6 +80,30 @@ def test_a_batch_in_a_large_namespace_is_saved_in_one_write(fresh_app: Flask) ->
     assert saves == [99]
 
 
+def test_a_batch_reads_in_full_only_the_near_duplicates_it_updates(fresh_app: Flask) -> None:
+    # A near-duplicate whose numbers the item drops is another fact (the item is added): reading it in full before
+    # the batch was a store query per batch for nothing (most near-duplicates in a large namespace are those).
+    memories: MemoryRepository = fresh_app.extensions["acn"].memories
+    stored = fill(memories, 300)
+    read: list[str] = []
+    rows_by_id = memories.rows_by_id
+
+    def recorded(tenant: str, ids: Any, fields: list[str]) -> Any:
+        read.extend(ids)
+        return rows_by_id(tenant, ids, fields)
+
+    memories.rows_by_id = recorded  # type: ignore[method-assign]
+    others = [filler(i).content for i in range(1000, 1010)]  # near 100..109 but for their numbers
+    items = [{"kind": "fact", "content": text} for text in others]
+    items += [{"kind": "fact", "content": stored[i].content + "3楼"} for i in (7, 8)]  # updates in place
+    results = post(fresh_app.test_client(), "memory_write", {"agent_id": AGENT.agent_id,
+                                                             "session_id": AGENT.session_id,
+                                                             "items": items}).get_json()["results"]
+    assert [r["action"] for r in results] == ["added"] * 10 + ["updated"] * 2
+    assert [r["id"] for r in results[10:]] == [stored[7].id, stored[8].id]
+    assert sorted(read) == sorted([stored[7].id, stored[8].id])
+
+
 def test_dedup_reads_a_namespace_past_the_store_query_window(fresh_app: Flask,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # The store returns at most QUERY_WINDOW rows a query: a namespace larger than that is read in id ranges.

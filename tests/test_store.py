@@ -172,6 +172,30 @@ def test_each_collection_is_flushed_inline_at_its_own_count(lite_server: str) ->
         store.close()
 
 
+def test_a_lite_collection_nothing_searches_is_flushed_inline_at_the_larger_count(tmp_path: Path) -> None:
+    # What unflushed rows cost is paid by Lite's searches; a bulk writer pays for each flush (and the compaction
+    # of the small segments after it) about as much for 10 rows as for 30. So a collection searched since its last
+    # flush is flushed at flush_every, one nothing searched at flush_every_unsearched.
+    store = MilvusStore(str(tmp_path / "memory.db"), flush_every=10, flush_interval=1000.0,
+                        flush_every_unsearched=30).open()
+    ns = Namespace(agent_id="a", session_id="s")
+    try:
+        memories = repo_for(store)
+        assert memories.warming is not None
+        memories.warming.join()  # the start-up search of the collection counts as a search
+        with store.background():  # no flush in the pause after a write: only inline flushes here
+            memories_of(ns, [f"第{i}条" for i in range(10)], memories)
+            assert store.unflushed == 0  # searched since its last flush: flushed at 10
+            memories_of(ns, [f"第{i}条" for i in range(10, 30)], memories)
+            assert store.unflushed == 20  # nothing searched it since: waits for 30
+            store.search_text(memories.spec.name, "第五条", limit=5, where=Filter(""), fields=["id"])
+            memories_of(ns, ["第三十条"], memories)
+            assert store.unflushed == 0  # searched: 21 >= 10
+        assert memories.count("t1", Filter("")) == 31
+    finally:
+        store.close()
+
+
 def test_a_row_just_written_is_found_while_flushes_run(tmp_path: Path) -> None:
     # Lite 3.2.2 loses sight of rows a concurrent flush is moving into a segment (without the store's gate
     # between reads and flushes, 88 of 300 searches here missed the row just written): a flusher runs
