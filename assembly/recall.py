@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import replace
-from functools import lru_cache
 from typing import get_args
 
 from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
 from retrieval.intent import wants_many
 from retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
 from services.deps import Deps
+from text.byte_cache import TEXT_CACHE, text_bytes
 from text.dates import normalise_date
 from text.pleasantries import is_pleasantry
 from text.query import resolve_back_reference
@@ -252,11 +252,17 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps,
 def message_day(memory: Memory) -> str | None:
     """Return the day an archived message was said on (its `time` or `date` meta, normalised), or None."""
     when = memory.meta.get("time") or memory.meta.get("date")
-    return _day(when) if memory.kind == "turn" and isinstance(when, str) and when.strip() else None
+    if memory.kind != "turn" or not isinstance(when, str) or not when.strip():
+        return None
+    return _day(when.strip()[:MAX_DAY_CHARS])
 
 
-# A conversation has a few dozen dates and every call reads each of its 100-300 candidates' date: parsed once.
-_day = lru_cache(maxsize=4096)(normalise_date)
+# A date header is short ("1:56 pm on 8 May, 2023", "2024年3月5日 周二"); the meta is the caller's and may be long:
+# only its head is read, so a megabyte `time` costs neither a scan per candidate nor a megabyte in the cache.
+MAX_DAY_CHARS = 64
+# A conversation has a few dozen dates and every call reads each of its 100-300 candidates' date: parsed once,
+# kept in the text cache (bounded by bytes, ACN_TEXT_CACHE_MB).
+_day = TEXT_CACHE.cached(text_bytes)(normalise_date)
 
 
 def same_day(one: Memory, other: Memory) -> bool:

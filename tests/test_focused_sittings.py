@@ -78,3 +78,17 @@ def test_a_message_next_to_two_hits_gains_from_both(app: Flask, client: FlaskCli
     assert between == round(single + NEIGHBOUR_SUM * round(0.5 * NEIGHBOUR_DECAY, 4), 4)
     # A hit that is also the neighbour of a better hit gains a share of that too.
     assert found["Blue, and a pottery mug too."] > 0.5
+
+
+def test_a_long_date_meta_is_read_by_its_head_and_not_kept_whole() -> None:
+    """A caller's `date` meta of 200k characters: its day is read from the head, and the text cache (bounded by
+    bytes) does not keep the 200k-character key; with an unbounded lru_cache of whole values it did."""
+    from assembly.recall import MAX_DAY_CHARS, _day, message_day
+    from text.byte_cache import TEXT_CACHE
+
+    head = "1:56 pm on 8 May, 2023"
+    long = message(f"long-{id(head)}", head + " " + "x" * 200_000)
+    before = TEXT_CACHE.bytes
+    assert message_day(long) == "2023-05-08"
+    assert TEXT_CACHE.bytes - before < 10_000
+    assert not _day.holds(long.meta["date"]) and _day.holds(long.meta["date"].strip()[:MAX_DAY_CHARS])
