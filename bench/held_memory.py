@@ -20,6 +20,7 @@ import random
 import tempfile
 import time
 import tracemalloc
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +49,12 @@ def native() -> str:
 
     pool = pyarrow.default_memory_pool()
     text = f"Arrow[{pool.backend_name}] live {pool.bytes_allocated() / MB:.1f} MB, peak {pool.max_memory() / MB:.1f}"
-    try:
+    with suppress(OSError, AttributeError):  # not glibc: no arena figures
         libc = ctypes.CDLL("libc.so.6")
         libc.mallinfo2.restype = _MallInfo2
         info = libc.mallinfo2()
         text += (f"; malloc arenas {info.arena / MB:.1f} MB (in use {info.uordblks / MB:.1f}, "
                  f"free {info.fordblks / MB:.1f})")
-    except (OSError, AttributeError):
-        pass
     return text + f"; RssAnon {status('RssAnon'):.0f} RssFile {status('RssFile'):.0f}"
 
 

@@ -22,6 +22,7 @@ from storage.base import Filter
 from storage.memories import MemoryRepository
 from storage.memory_rows import kinds_filter, live_filter, scope_filter
 from storage.read_cache import Stamp
+from text.byte_cache import TEXT_CACHE, items_bytes
 from text.numbers import extract_key_numbers
 from text.similarity import normalise, shingles
 
@@ -56,9 +57,14 @@ def numbers_conflict(old: str, new: str) -> bool:
     "订单 A0001" and "订单 A0002" are textually near-identical but are two orders; an update may add
     detail ("张江路100号" → "张江路100号3楼") but never silently replace a value.
     """
-    old_values = {n.value for n in extract_key_numbers(old)}
-    new_values = {n.value for n in extract_key_numbers(new)}
-    return not old_values <= new_values
+    return not key_number_values(old) <= key_number_values(new)
+
+
+@TEXT_CACHE.cached(items_bytes)
+def key_number_values(text: str) -> frozenset[str]:
+    """Return the values of the text's key numbers. Kept (bounded by bytes): a batch asks it of the same texts when
+    it chooses what to read (Pool.prefetch) and again when it decides each item (write.write_item)."""
+    return frozenset(n.value for n in extract_key_numbers(text))
 
 
 def known(memory: Memory | dict[str, Any]) -> Known:

@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 from storage.base import Filter, Record
@@ -315,10 +315,8 @@ class EmbeddingBacklog:
 
 def _lower_priority(nice: int) -> None:
     """Run this thread (only) at the given niceness, so that a request thread wins the CPU over an embedding."""
-    try:
+    with suppress(AttributeError, OSError):  # not Linux, or not allowed: the embedding runs at normal priority
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the embedding runs at normal priority
-        pass
 
 
 def _wait_for_writes(store: Any) -> None:

@@ -265,3 +265,33 @@ def test_rolled_back_turns_are_not_served_after_their_numbers_are_reused(client:
     listed = post(client, "memory_retrieve", {**ns, "query": "gateway port 48213", "kinds": ["turn"],
                                               "include_superseded": True}).get_json()
     assert any("48213" in m["content"] and m["meta"].get("rolled_back") for m in listed["memories"])
+
+
+# -- what a request names never picks the embedder, its model files or a URL -------------------------------------
+
+_HOSTILE = {"embedder": "use+e5", "cache_dir": "/etc", "model_path": "/etc/passwd",
+            "embedding_url": "http://169.254.169.254/latest/meta-data/", "rerank_url": "http://127.0.0.1:1/"}
+_BODIES: dict[str, dict[str, Any]] = {
+    "memory_write": {"items": [{"kind": "fact", "content": "门牌号 A-1207"}]},
+    "record_turn": {"messages": [{"role": "user", "content": "门牌号 A-1207"}]},
+    "memory_retrieve": {"query": "门牌号"},
+    "assemble": {"user_input": "门牌号是多少？"},
+}
+
+
+@pytest.mark.parametrize("node", sorted(_BODIES))
+@pytest.mark.parametrize("field", sorted(_HOSTILE))
+def test_a_request_cannot_name_an_embedder_model_folder_or_url(app: Flask, client: FlaskClient, ns: dict[str, str],
+                                                                node: str, field: str) -> None:
+    """The embedder (use, e5, use+e5, openai), its model cache folder and every outbound URL come from the
+    operator's settings only: a request that names one is refused (422, nothing stored) and the server's embedder
+    is the one it started with."""
+    runtime = app.extensions["acn"]
+    deps = runtime.deps(TENANT)
+    before = (deps.memories.embedder, deps.reranker, deps.settings.cache_dir)
+    body = assert_error(post(client, node, {**ns, **_BODIES[node], field: _HOSTILE[field]}), 422)
+    assert field in str(body)
+    after = runtime.deps(TENANT)
+    assert (after.memories.embedder, after.reranker, after.settings.cache_dir) == before
+    listed = post(client, "memory_retrieve", {**ns, "query": "门牌号 A-1207"})
+    assert listed.status_code == 200 and listed.get_json()["memories"] == []
