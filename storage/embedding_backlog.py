@@ -8,9 +8,13 @@ This worker then embeds such rows and sets their vector and EMBEDDED 1.
 Durable: the backlog is the store itself (EMBEDDED == 0). What this process writes is also queued in memory (no
 store scan per row); at start, after a queue overflow, after a failure and, against a server, every
 `rescan_seconds`, the worker scans the store for rows still waiting (an earlier process's, another process's).
-It starts a batch once rows have stopped arriving for QUIET_SECONDS (at the latest MAX_DEFER_SECONDS later). The
-embedding itself runs on a thread of its own at nice 10 (the engine releases the GIL: it costs the requests a core,
-not the interpreter); the store work stays on the worker thread at normal priority, since it holds locks the
+It starts a batch once rows have stopped arriving and no request has been handled for QUIET_SECONDS (at the latest
+MAX_DEFER_SECONDS later), and its store reads outside write_order wait while a request's read runs
+(storage/read_priority.py): with Lite the worker's reads are Python in this process, and a scan for waiting rows
+costs 0.1-0.7 s at 100k rows, which a search beside it paid (measured at 100k with USE: first search after a restart
+274-612 ms with the worker running alongside, 179-206 ms without). The embedding itself runs on a thread of its
+own at nice 10 (the engine releases the GIL: it costs the requests a core, not the interpreter); the store work
+stays on the worker thread at normal priority, since it holds locks the
 requests need (a thread at nice 10 holding a lock on a loaded machine was descheduled while requests waited).
 Vectors are written WRITE_ROWS at a time, each under one short hold of write_order, with the rows re-read before
 the hold (read again inside it only if a write of this process came between: MilvusStore.write_count), and in
@@ -44,14 +48,16 @@ from typing import Any
 from storage.base import Filter, Record
 from storage.memories import MemoryRepository
 from storage.memory_rows import EMBEDDED_FIELD, OUTPUT_FIELDS
+from storage.read_priority import READS
 
 log = logging.getLogger("acn.embedding")
 PENDING = Filter("embedded == 0")
 MAX_QUEUED = 100_000  # past this the queue is dropped: the store still has every waiting row, a scan finds them
 SCAN_ROWS = 512  # rows one scan reads into the queue
 MAX_BACKOFF_SECONDS = 60.0
-# A batch starts once rows stopped arriving for QUIET_SECONDS (a chat's turns are seconds apart: the worker embeds
-# between them, not beside a request writing), or at the latest MAX_DEFER_SECONDS after it could have started.
+# A batch starts once rows stopped arriving and requests stopped coming for QUIET_SECONDS (a chat's turns are seconds
+# apart: the worker embeds between them, not beside a request), or at the latest MAX_DEFER_SECONDS after it could
+# have started (under unbroken traffic the backlog still drains).
 QUIET_SECONDS = 0.1
 MAX_DEFER_SECONDS = 2.0
 # Vectors written per hold of write_order (one re-read, one partial upsert, the cache update: ~2-5 ms with 4 rows
@@ -65,7 +71,7 @@ class EmbeddingBacklog:
     """The background worker of one repository: `start`, `notify` (the repository's on_pending), `drain`, `stop`."""
 
     def __init__(self, repository: MemoryRepository, *, batch: int = 8, rescan_seconds: float = 60.0,
-                 nice: int = 10) -> None:
+                 nice: int = 10, max_defer: float = MAX_DEFER_SECONDS) -> None:
         if repository.embedder is None:
             raise ValueError("an embedding backlog needs a repository with an embedder")
         self.repository = repository
@@ -73,6 +79,7 @@ class EmbeddingBacklog:
         self.batch = max(1, batch)
         self.rescan_seconds = rescan_seconds
         self.nice = nice
+        self.max_defer = max_defer
         self.filled = 0  # vectors written by this worker
         self.embed_seconds = 0.0  # time spent embedding them
         self._queue: OrderedDict[Key, str] = OrderedDict()
@@ -179,8 +186,9 @@ class EmbeddingBacklog:
         """Queue rows the store holds as waiting (up to SCAN_ROWS; another scan follows when that many came)."""
         repository = self.repository
         self._last_scan = time.monotonic()
-        rows = repository.store.query(repository.spec.name, PENDING, fields=["id", "tenant", "content"],
-                                      limit=SCAN_ROWS)
+        with READS.background():  # after any request's read in progress (and not counted as a request's)
+            rows = repository.store.query(repository.spec.name, PENDING, fields=["id", "tenant", "content"],
+                                          limit=SCAN_ROWS)
         with self._condition:
             for row in rows:
                 self._queue.setdefault((str(row["tenant"]), str(row["id"])), str(row["content"]))
@@ -224,7 +232,8 @@ class EmbeddingBacklog:
                 # Read outside write_order; the read is good inside it if no write of this process came between.
                 for _ in range(OPTIMISTIC_READS):
                     seen = _write_count(store, collection)
-                    current = self._current(tenant, ids)
+                    with READS.background():  # not inside write_order, where waiting would hold up writes
+                        current = self._current(tenant, ids)
                     _wait_for_writes(store)  # not to hold write_order while a flush holds the store's lock
                     with repository.write_order:
                         if _write_count(store, collection) == seen:
@@ -303,11 +312,13 @@ class EmbeddingBacklog:
 
 
     def _wait_for_quiet(self) -> None:
-        deadline = time.monotonic() + MAX_DEFER_SECONDS
+        """Wait until no row arrived and no request ran for QUIET_SECONDS, at most max_defer seconds."""
+        deadline = time.monotonic() + self.max_defer
         while not self._stop.is_set():
+            idle = READS.idle_seconds()
             now = time.monotonic()
             with self._condition:
-                quiet = now - self._last_notify
+                quiet = min(now - self._last_notify, idle)
             if quiet >= QUIET_SECONDS or now >= deadline:
                 return
             self._stop.wait(min(QUIET_SECONDS - quiet, deadline - now))

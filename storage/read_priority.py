@@ -35,12 +35,18 @@ class ReadPriority:
         self._active = 0  # foreground spans running (requests, reads of request threads)
         self._finished = 0  # foreground spans finished, ever
         self._reading = 0  # store reads of foreground threads running
+        self._last_end = float("-inf")  # time.monotonic() when a foreground span last finished
         self._local = threading.local()
 
     def finished(self) -> int:
         """Return how many foreground spans have finished (a mark for `background(after=...)`)."""
         with self._condition:
             return self._finished
+
+    def idle_seconds(self) -> float:
+        """Return how long no foreground work has run: 0 while some does, infinity if none ever did."""
+        with self._condition:
+            return 0.0 if self._active else time.monotonic() - self._last_end
 
     @contextmanager
     def background(self, after: int | None = None) -> Iterator[None]:
@@ -96,6 +102,7 @@ class ReadPriority:
             with self._condition:
                 self._active -= 1
                 self._finished += 1
+                self._last_end = time.monotonic()
                 self._condition.notify_all()
 
     def _wait_turn(self) -> None:

@@ -452,3 +452,39 @@ def test_the_worker_reads_its_rows_by_primary_key_alone(opened: tuple[MilvusStor
     assert {row[EMBEDDED_FIELD] for row in stored(repository).values()} == {1}
     by_id = [template for template in filters if "id in" in template]
     assert by_id and set(by_id) == {"id in {pk_ids}"}
+
+
+def test_the_worker_waits_for_requests_to_stop_before_it_embeds(opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    # With Lite the worker's store work is Python in the server's process: a scan for waiting rows at 100k rows
+    # (0.1-0.7 s) made the first search after a restart 274-612 ms instead of 137-206. So while a request is being
+    # handled (the server wraps each in READS.foreground), the worker does not start a batch; once requests stop
+    # for QUIET_SECONDS it does. Before: it started QUIET_SECONDS after the last write, whatever was being served.
+    from storage.read_priority import READS
+
+    _, repository = opened
+    backlog = EmbeddingBacklog(repository, max_defer=60.0).start()
+    try:
+        with READS.foreground():  # a request being handled, for longer than QUIET_SECONDS
+            repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
+            time.sleep(0.6)
+            assert backlog.filled == 0 and backlog.queued() == len(TEXTS)
+        assert backlog.drain(timeout=30)
+        assert backlog.filled == len(TEXTS)
+        assert {row[EMBEDDED_FIELD] for row in stored(repository).values()} == {1}
+    finally:
+        backlog.stop()
+
+
+def test_unbroken_requests_only_defer_the_worker(opened: tuple[MilvusStore, MemoryRepository]) -> None:
+    # Under traffic that never pauses the backlog still drains: a batch waits max_defer seconds at most.
+    from storage.read_priority import READS
+
+    _, repository = opened
+    backlog = EmbeddingBacklog(repository, max_defer=0.2).start()
+    try:
+        with READS.foreground():
+            repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
+            assert backlog.drain(timeout=30)
+            assert backlog.filled == len(TEXTS)
+    finally:
+        backlog.stop()
