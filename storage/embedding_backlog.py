@@ -12,10 +12,10 @@ It starts a batch once rows have stopped arriving and no request has been handle
 MAX_DEFER_SECONDS later), and its store reads outside write_order wait while a request's read runs
 (storage/read_priority.py): with Lite the worker's reads are Python in this process, and a scan for waiting rows
 costs 0.1-0.7 s at 100k rows, which a search beside it paid (measured at 100k with USE: first search after a restart
-274-612 ms with the worker running alongside, 179-206 ms without). The embedding itself runs on a thread of its
-own at nice 10 (the engine releases the GIL: it costs the requests a core, not the interpreter); the store work
-stays on the worker thread at normal priority, since it holds locks the
-requests need (a thread at nice 10 holding a lock on a loaded machine was descheduled while requests waited).
+274-612 ms with the worker running alongside, 137-147 ms once it waited for them). The embedding itself runs on a
+thread of its own at nice 10 (the engine releases the GIL: it costs the requests a core, not the interpreter); the
+store work stays on the worker thread at normal priority, since it holds locks the requests need (a thread at nice
+10 holding a lock on a loaded machine was descheduled while requests waited).
 Vectors are written WRITE_ROWS at a time, each under one short hold of write_order, with the rows re-read before
 the hold (read again inside it only if a write of this process came between: MilvusStore.write_count), and in
 the store's background mode: a request waiting for the store's write lock goes first, and these writes do not
