@@ -94,7 +94,7 @@ class ByteLRU:
                     try:
                         move(key)
                     except KeyError:  # evicted by another thread since the lookup: the value in hand is right
-                        pass
+                        return entry[0]  # type: ignore[no-any-return]
                     return entry[0]  # type: ignore[no-any-return]
                 value = function(text)
                 self._put(key, value, ENTRY_BYTES + sys.getsizeof(text) + size(value))
