@@ -22,8 +22,9 @@ from services.slots import WorkSlots
 from storage.coordination import open_coordinator
 from storage.crypto import SnapshotCipher
 from storage.embedding_backlog import EmbeddingBacklog
+from storage.lite_tokens import share_segmentation
 from storage.memories import MemoryRepository
-from storage.milvus import MilvusStore, open_store
+from storage.milvus import MilvusStore, is_server_uri, open_store
 from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.byte_cache import TEXT_CACHE
@@ -36,10 +37,12 @@ log = logging.getLogger("acn.runtime")
 WARM_WAIT_SECONDS = 120.0
 
 
-def _load_jieba(cache: Path | None) -> None:
+def _load_jieba(cache: Path | None, lite: bool) -> None:
     jieba = import_jieba()
     jieba.setLogLevel(logging.WARNING)  # its start-up chatter goes to stderr otherwise
     load_jieba_dictionary(jieba.dt, cache)
+    if lite:  # after the dictionary: share_segmentation segments its samples both ways
+        share_segmentation()
 
 
 def import_jieba() -> ModuleType:
@@ -112,7 +115,8 @@ class Runtime:
         parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
         reranker = Reranker.from_settings(settings)  # likewise a malformed ACN_RERANK_URL
         import_jieba()  # here, not in the thread: nothing else imports while pkg_resources is blocked
-        jieba_thread = threading.Thread(target=_load_jieba, args=(cache,), name="acn-jieba", daemon=True)
+        jieba_thread = threading.Thread(target=_load_jieba, args=(cache, not is_server_uri(settings.milvus_uri)),
+                                        name="acn-jieba", daemon=True)
         jieba_thread.start()
         warming = [jieba_thread]
         tokenizer = load_tokenizer(settings.tokenizer, cache)

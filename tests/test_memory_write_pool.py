@@ -105,7 +105,7 @@ def test_nearest_is_exact_when_the_longest_postings_are_not_counted(stored: list
     item = MemoryItem(kind=kind, content=text)  # type: ignore[arg-type]
     with patch.object(memory.pool, "SKIP_MARGIN", margin), patch.object(memory.pool, "OVERLAP_COST", cost), \
             patch.object(memory.pool, "SKIP_FROM", 0):
-        found = pool.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+        found = pool.index.nearest(item.scope, item.kind, item.content, floor)
     assert (None if found is None else (found[0], found[1].id)) == brute_force_best(pool.index.live(), item, floor)
 
 
@@ -148,8 +148,8 @@ def test_skipping_one_posting_more_than_prefix_filtering_allows_would_answer_ano
     pool = Pool(cast(MemoryRepository, None), "t", loaded)
     with patch.object(memory.pool, "SKIP_MARGIN", 0), patch.object(memory.pool, "SKIP_FROM", 0), \
             patch.object(memory.pool, "OVERLAP_COST", 0):  # the let-through slots counted from their own bigrams
-        assert pool.index.nearest("session", "fact", shingles("abcdefghij"), 0.9) is None
-        assert pool.index.nearest("session", "fact", shingles("abcdefghiXj"), 0.9) == (1.0, loaded[1])
+        assert pool.index.nearest("session", "fact", "abcdefghij", 0.9) is None
+        assert pool.index.nearest("session", "fact", "abcdefghiXj", 0.9) == (1.0, loaded[1])
 
 
 @settings(max_examples=100, deadline=None)
@@ -167,5 +167,26 @@ def test_a_memory_with_the_items_bigram_set_is_checked_not_trusted_to_its_hash(s
         for each in loaded[len(loaded) // 2:]:
             pool.index.add(each)
         item = MemoryItem(kind=kind, content=text)  # type: ignore[arg-type]
-        found = pool.index.nearest(item.scope, item.kind, shingles(item.content), floor)
+        found = pool.index.nearest(item.scope, item.kind, item.content, floor)
     assert (None if found is None else (found[0], found[1].id)) == brute_force_best(loaded, item, floor)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=ODD_TEXTS)
+def test_a_texts_bigram_codes_are_its_shingles_as_ints(text: str) -> None:
+    codes = {(ord(gram[0]) << 21) | (ord(gram[1]) if len(gram) > 1 else 0) for gram in shingles(text)}
+    assert memory.pool.bigram_codes(text) == tuple(sorted(codes))
+
+
+CODES = st.integers(min_value=0, max_value=(1 << 42) - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(wanted=st.sets(CODES, max_size=400), others=st.lists(CODES, max_size=200), tries=st.sampled_from([0, 1, 8]))
+def test_membership_by_hash_table_or_binary_search_is_exact(wanted: set[int], others: list[int], tries: int) -> None:
+    # No try (tries 0), or sets too large for a table (over ~180 codes), fall back to the binary search; one try
+    # often collides for larger sets and falls back too; the others use the table.
+    probes = [*sorted(wanted)[::3], *others, *(code ^ 1 for code in sorted(wanted)[::5])]
+    with patch.object(memory.pool, "TABLE_TRIES", tries):
+        member = memory.pool.member_of(tuple(sorted(wanted)))
+    assert member(np.array(probes, dtype=np.int64)).tolist() == [code in wanted for code in probes]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from text import numbers
-from text.numbers import _FOLD, _PATTERNS, _candidates, _clean_edges, _trim, extract_key_numbers
+from text.numbers import _FOLD, _PATTERNS, _candidates, _clean_edges, _trim, extract_key_numbers, key_values
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"
 
@@ -235,3 +235,11 @@ def test_the_guard_is_linear_on_a_long_input() -> None:
     started = time.perf_counter()
     numbers._mask(text)
     assert time.perf_counter() - started < 1.0
+
+
+def test_values_without_labels_are_the_values_of_the_key_numbers() -> None:
+    # key_values skips labelling (write-time dedup asks only which values a text holds): same values, same order.
+    texts = corpus() + fuzz(11, 3000)
+    assert [key_values(text) for text in texts] == \
+        [tuple(number.value for number in extract_key_numbers(text)) for text in texts]
+    assert sum(bool(key_values(text)) for text in texts) > len(texts) // 3  # most of them hold values
