@@ -18,6 +18,7 @@ from pymilvus.exceptions import MilvusException
 from common.errors import StoreUnavailableError
 from storage.allocator import trim_free_memory
 from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from storage.column_insert import ColumnInsert
 from storage.read_priority import READS
 
 log = logging.getLogger("acn.store")
@@ -121,6 +122,7 @@ class MilvusStore(MemoryStore):
         self._last_write = 0.0
         self._last_flush = time.monotonic()
         self._collections: set[str] = set()
+        self._columns: dict[str, ColumnInsert | None] = {}  # Lite collections' column inserts (None: by rows)
         self._templates = False
         self._partial: bool | None = None  # partial upserts supported (asked of a server once)
         self._stop = threading.Event()
@@ -205,6 +207,7 @@ class MilvusStore(MemoryStore):
                         continue
                     raise StoreUnavailableError(f"cannot prepare collection {spec.name}: {error.message}") from error
             self._collections.add(spec.name)
+            self._columns.pop(spec.name, None)  # described again at its next insert
             # Embedded Lite (3.x and the C++ 2.x) never evaluates templates; probing the C++ one costs ~20 s of
             # pymilvus retries on its parse error.
             if not self._templates and self.is_server:
@@ -255,7 +258,21 @@ class MilvusStore(MemoryStore):
         # Upsert looks every primary key up first; rows with fresh ids skip that (~6× faster on Lite
         # once a collection holds a few thousand rows).
         if records:
-            self._write(collection, len(records), lambda c: c.insert(collection, records))
+            self._write(collection, len(records), lambda c: self._insert(c, collection, records))
+
+    def _insert(self, client: MilvusClient, collection: str, records: list[Record]) -> None:
+        """Insert by columns where that builds the same request (Lite: storage/column_insert.py), else by rows."""
+        if not self.is_server and collection not in self._columns:
+            self._columns[collection] = ColumnInsert.of(client, collection)
+        columns = self._columns.get(collection)
+        if columns is not None and columns.fits(records):
+            if not columns.checked:
+                columns = self._columns[collection] = (replace(columns, checked=True)
+                                                       if columns.same_request(client, records) else None)
+            if columns is not None:
+                columns.insert(client, records)
+                return
+        client.insert(collection, records)
 
     def update_fields(self, collection: str, records: list[Record]) -> None:
         # Partial upserts: Milvus Lite 3.2.2 and servers from 2.6 on (a 2.5 server would need whole rows).
