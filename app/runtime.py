@@ -24,7 +24,7 @@ from storage.crypto import SnapshotCipher
 from storage.embedding_backlog import EmbeddingBacklog
 from storage.lite_tokens import share_segmentation
 from storage.memories import MemoryRepository
-from storage.milvus import MilvusStore, is_server_uri, open_store
+from storage.milvus import MilvusStore, open_store
 from storage.sealed import RowSealer
 from storage.sessions import SessionRepository
 from text.byte_cache import TEXT_CACHE
@@ -115,7 +115,7 @@ class Runtime:
         parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
         reranker = Reranker.from_settings(settings)  # likewise a malformed ACN_RERANK_URL
         import_jieba()  # here, not in the thread: nothing else imports while pkg_resources is blocked
-        jieba_thread = threading.Thread(target=_load_jieba, args=(cache, not is_server_uri(settings.milvus_uri)),
+        jieba_thread = threading.Thread(target=_load_jieba, args=(cache, not settings.is_server_uri),
                                         name="acn-jieba", daemon=True)
         jieba_thread.start()
         warming = [jieba_thread]

@@ -70,11 +70,6 @@ _DTYPES = {"varchar": DataType.VARCHAR, "int64": DataType.INT64, "float": DataTy
 T = TypeVar("T")
 
 
-def is_server_uri(uri: str) -> bool:
-    """Return True for a Milvus server's URI; anything else is a Milvus Lite file, run inside this process."""
-    return uri.startswith(("http://", "https://", "tcp://", "grpc://"))
-
-
 def skip_client_varchar_check() -> None:
     """Turn off pymilvus's client-side VARCHAR check for row writes (the store checks lengths itself).
 
@@ -96,7 +91,7 @@ class MilvusStore(MemoryStore):
                  flush_interval: float = 5.0, trim_after_flush: bool = True,
                  trim: Callable[[], bool] = trim_free_memory, flush_every_unsearched: int = 1000) -> None:
         self.uri = uri
-        self.is_server = is_server_uri(uri)
+        self.is_server = uri.startswith(("http://", "https://", "tcp://", "grpc://"))
         self._token = token
         self._db_name = db_name
         self._flush_every = flush_every
