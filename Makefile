@@ -114,7 +114,7 @@ test: $(VENV)/.installed $(VENV312)/.installed browser redis
 	$(MAKE) test-engine
 
 schemas: $(VENV)/.runtime
-	$(PY) -m app.generate
+	$(PY) -m acn.app.generate
 
 clean:
 	rm -rf $(VENV) $(VENV312) $(VENV_ENGINE) .pytest_cache

@@ -30,26 +30,26 @@ from waitress.server import create_server
 from werkzeug.exceptions import HTTPException
 
 # First of ours, before anything imports pymilvus (and with it pyarrow): it picks Arrow's memory pool.
-import storage.allocator
-from app.foreground import Foreground
-from app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
-from app.json_body import read_json_body
-from app.openapi import build_admin_openapi, build_manifest, build_openapi
-from app.proxies import TrustedProxyFix, parse_trusted_proxies
-from app.responses import error_response, ok_response, validate
-from app.runtime import Runtime
-from common.auth import authenticate, parse_api_keys
-from common.errors import PackError, UnauthorizedError, UnknownNodeError
-from common.logs import configure_logging
-from common.metrics import Metrics
-from common.pack import VERSION
-from common.settings import Settings
-from inspector import create_blueprint
-from inspector.signin import UiAuth
-from inspector.signin import covers as covers_ui
-from integrations.dify_extension import register_dify_extension
-from nodes import all_nodes
-from nodes.memory_admin import (
+import acn.storage.allocator
+from acn.app.foreground import Foreground
+from acn.app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
+from acn.app.json_body import read_json_body
+from acn.app.openapi import build_admin_openapi, build_manifest, build_openapi
+from acn.app.proxies import TrustedProxyFix, parse_trusted_proxies
+from acn.app.responses import error_response, ok_response, validate
+from acn.app.runtime import Runtime
+from acn.common.auth import authenticate, parse_api_keys
+from acn.common.errors import PackError, UnauthorizedError, UnknownNodeError
+from acn.common.logs import configure_logging
+from acn.common.metrics import Metrics
+from acn.common.pack import VERSION
+from acn.common.settings import Settings
+from acn.inspector import create_blueprint
+from acn.inspector.signin import UiAuth
+from acn.inspector.signin import covers as covers_ui
+from acn.integrations.dify_extension import register_dify_extension
+from acn.nodes import all_nodes
+from acn.nodes.memory_admin import (
     MemoryImportRequest,
     MemoryListRequest,
     NamespaceDeleteRequest,
@@ -59,11 +59,11 @@ from nodes.memory_admin import (
     import_memories,
     list_memories,
 )
-from nodes.spec import NodeSpec
+from acn.nodes.spec import NodeSpec
 
 log = logging.getLogger("acn.server")
 REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # fullmatch: "$" would let a trailing newline through
-# Pages whose forms may post x-www-form-urlencoded / multipart (the inspector); see app/http_guard.py.
+# Pages whose forms may post x-www-form-urlencoded / multipart (the inspector); see acn/app/http_guard.py.
 FORM_PREFIXES = ("/ui/login", "/ui/logout")
 # waitress reads a whole request body before the app sees it; it refuses (plain-text 413) bodies above this many
 # times ACN_MAX_BODY_BYTES, so an oversized upload cannot fill the disk. Below that the app answers the JSON 413.
@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
     # Before Runtime.open starts Lite's threads and the server its request threads (arenas are made per thread).
-    storage.allocator.limit_malloc_arenas(settings.malloc_arenas)
+    acn.storage.allocator.limit_malloc_arenas(settings.malloc_arenas)
     keys = parse_api_keys(settings.api_keys)
     proxies = parse_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops start-up, before the store
     runtime = Runtime.open(settings)
@@ -102,7 +102,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     _register_admin_routes(app, runtime)
     _register_meta_routes(app, runtime, nodes, keys)
     register_dify_extension(app, runtime)
-    # The inspector's /ui pages take the API key header or their own sign-in cookie (inspector/signin.py).
+    # The inspector's /ui pages take the API key header or their own sign-in cookie (acn/inspector/signin.py).
     app.register_blueprint(create_blueprint())
     return app
 

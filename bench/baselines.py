@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
+from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
 
 _WORD = re.compile(r"[a-z0-9]+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")

@@ -22,9 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from common.models import Message
-from compaction.engine import compact_turns
-from text.tokens import load_tokenizer
+from acn.common.models import Message
+from acn.compaction.engine import compact_turns
+from acn.text.tokens import load_tokenizer
 
 DEFAULT_SIZES = (100, 250, 500, 1000, 5000)
 SYSTEMS = ["对账", "支付", "退款", "物流", "会员", "库存", "发票", "风控", "清算", "报表"]

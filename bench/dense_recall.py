@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from acn.text.terms import bm25_tokens
+from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 from bench.baselines import BM25Baseline, Context, Turn, _context, _pack
 from bench.recall import Case, build_cases, data_folder, evidence_score, locomo_cases
 from bench.scoring import fold
-from text.terms import bm25_tokens
-from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RRF_K = 60
@@ -37,7 +37,7 @@ class VectorCache:
     """Vectors of one embedder by text digest, in one .npy per text under folder (written once, read many)."""
 
     def __init__(self, name: str, folder: Path) -> None:
-        from providers.embedders import load_embedder
+        from acn.providers.embedders import load_embedder
 
         self.name = name
         self.folder = folder / name

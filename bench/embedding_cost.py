@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acn.common.models import Memory
+from acn.common.settings import Settings
+from acn.server import create_app
 from bench import locomo
 from bench.perf import percentile, say
-from common.models import Memory
-from common.settings import Settings
-from server import create_app
 
 RESULTS = Path(__file__).resolve().parent / "results" / "embedding_cost.md"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"

@@ -23,10 +23,10 @@ from typing import Any
 
 from cryptography.fernet import Fernet
 
+from acn.common.settings import Settings
 from bench.locomo import DEFAULT_DATA, load, message, turns_of
 from bench.scoring import collect_ids, percentile, score
 from bench.seed_suite import generate
-from common.settings import Settings
 
 BUDGET = 1000
 CONFIGS = (("plain", False, 50_000), ("encrypted", True, 50_000),
@@ -55,7 +55,7 @@ def _post(client: Any, node: str, body: dict[str, Any]) -> tuple[dict[str, Any],
 
 def measure(folder: Path, key: str, index_rows: int, conversations: list[Any], sessions: list[Any],
             writes: int) -> Figures:
-    from server import create_app
+    from acn.server import create_app
 
     app = create_app(Settings(milvus_uri=str(folder / "memory.db"), embedder="none", log_level="WARNING",
                               encryption_key=key, local_index_rows=index_rows, cache_dir=str(folder / "cache")))
@@ -110,13 +110,13 @@ def measure(folder: Path, key: str, index_rows: int, conversations: list[Any], s
 def store_level(folder: Path, key: str, texts: list[str], queries: list[str], rounds: int) -> dict[str, Figures]:
     """Single-row saves and store BM25 searches at the repository, plain and encrypted alternating each round
     (a shared machine's load drifts: interleaving keeps it out of the ratio)."""
-    from common.models import Namespace
-    from memory.items import MemoryItem
-    from memory.write import new_memory
-    from storage.memories import MemoryRepository
-    from storage.memory_rows import scope_filter
-    from storage.milvus import MilvusStore
-    from storage.sealed import RowSealer
+    from acn.common.models import Namespace
+    from acn.memory.items import MemoryItem
+    from acn.memory.write import new_memory
+    from acn.storage.memories import MemoryRepository
+    from acn.storage.memory_rows import scope_filter
+    from acn.storage.milvus import MilvusStore
+    from acn.storage.sealed import RowSealer
 
     store = MilvusStore(str(folder / "store-level.db")).open()
     repositories = {"plain": MemoryRepository(store, prefix="p", embedder=None, index_rows=0),

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from acn.common.settings import Settings
 from bench.locomo import DEFAULT_DATA, Conversation, load, message, turns_of
 from bench.progress import progress
-from common.settings import Settings
 
 RECORD_TURN_P95 = 30.0  # ms, issue 8's target
 
@@ -52,7 +52,7 @@ def percentile(ordered: list[float], share: float) -> float:
 
 def ingest(conversation: Conversation, embedder: str) -> Ingest:
     """Record every turn of the conversation into a fresh store and return the latencies."""
-    from server import create_app
+    from acn.server import create_app
 
     with tempfile.TemporaryDirectory(prefix="acn-ingest-") as folder:
         app = create_app(Settings(milvus_uri=str(Path(folder) / "memory.db"), embedder=embedder,

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acn.common.settings import Settings
+from acn.text.tokens import load_tokenizer
 from bench.baselines import BM25Baseline, Turn, window_context
 from bench.progress import progress
 from bench.scoring import Outcome, Tally, collect_ids, evidence_ids
-from common.settings import Settings
-from text.tokens import load_tokenizer
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
 CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
@@ -107,7 +107,7 @@ class OurSystem:
     """An app with its own Milvus Lite store, fed and asked through the nodes over the test client."""
 
     def __init__(self, folder: Path, embedder: str, mode: str, cache: Path | None = None) -> None:
-        from server import create_app
+        from acn.server import create_app
 
         cache_dir = {"cache_dir": str(cache)} if cache is not None else {}
         self.app = create_app(Settings(milvus_uri=str(folder / "memory.db"), embedder=embedder,

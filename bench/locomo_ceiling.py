@@ -21,14 +21,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assembly.fit import fit_text_items
-from assembly.layers import memory_items
-from assembly.recall import MAX_TURN_POOL, day_weighted, focused_candidates
+from acn.assembly.fit import fit_text_items
+from acn.assembly.layers import memory_items
+from acn.assembly.recall import MAX_TURN_POOL, day_weighted, focused_candidates
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory, Message, Namespace
+from acn.text.tokens import Tokenizer, load_tokenizer
 from bench.locomo import DEFAULT_DATA, Conversation, Line, OurSystem, ingest, load, store_name
 from bench.progress import progress
-from common.auth import DEFAULT_TENANT
-from common.models import Memory, Message, Namespace
-from text.tokens import Tokenizer, load_tokenizer
 
 DEPTHS = (10, 25, 50, 150)
 

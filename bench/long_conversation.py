@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.models import Message
-from common.settings import Settings
-from server import create_app
+from acn.common.models import Message
+from acn.common.settings import Settings
+from acn.server import create_app
+from acn.text.tokens import load_tokenizer
 from tests.long_conversation import LIVE_FACTS, QUESTIONS, SUPERSEDED, turn_messages
-from text.tokens import load_tokenizer
 
 MODES = ("snapshot", "focused", "streaming", "auto")
 SYSTEM = "你是XX电商平台的客服助手，语气亲切，不得承诺超出政策范围的内容。"

@@ -29,8 +29,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+from acn.common.auth import DEFAULT_TENANT
 from bench.perf import InProcess, OverHttp, memory_text, opened_app, say, seed_memory, wait_healthy
-from common.auth import DEFAULT_TENANT
 from tests.conftest import ROOT, free_port, server_env
 
 NAMESPACE = {"agent_id": "ns-agent", "session_id": "ns-main"}

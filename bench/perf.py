@@ -33,17 +33,17 @@ import requests
 from flask import Flask
 from milvus_lite.server_manager import server_manager_instance  # type: ignore[import-untyped]
 
-from app.runtime import Runtime
+from acn.app.runtime import Runtime
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory
+from acn.common.settings import Settings
+from acn.memory.items import DEFAULT_IMPORTANCE
+from acn.server import create_app
+from acn.storage.memory_rows import new_memory_id
+from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 from bench.progress import progress
-from common.auth import DEFAULT_TENANT
-from common.models import Memory
-from common.settings import Settings
-from memory.items import DEFAULT_IMPORTANCE
-from server import create_app
-from storage.memory_rows import new_memory_id
 from tests.conftest import ROOT, free_port, server_env
 from tests.long_conversation import QUESTIONS, turn_messages
-from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEM = "你是XX电商平台的客服助手，语气亲切，不得承诺超出政策范围的内容。"
@@ -472,7 +472,7 @@ def retrieval_rows(transport: Transport, size: int, config: Config, runtime: Run
         rows.append(Row("store", "memory_retrieve above the store's search", "in-process", store,
                         value=rows[0].p50 - rows[1].p50, unit="ms",
                         detail="memory_retrieve p50 − bare BM25 p50; negative when a Lite session is searched in "
-                               "process (storage/local_index.py) instead of by the store"))
+                               "process (acn/storage/local_index.py) instead of by the store"))
     return rows
 
 

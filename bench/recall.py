@@ -44,12 +44,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 from bench import locomo, zh_daily
 from bench.baselines import BM25Baseline, Context, Turn, _context, _pack, window_context
 from bench.progress import progress
 from bench.scoring import Outcome, fold
 from bench.vector_cache import cached_name
-from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 
 SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily")
 SYSTEMS = ("window", "bm25", "dense", "ours")
@@ -185,7 +185,7 @@ _EMBEDDERS: dict[str, Any] = {}
 def embedder(name: str) -> Any:
     """Return the named embedder of providers.embedders (one per process): use, e5, hash, or one registered."""
     if name not in _EMBEDDERS:
-        from providers.embedders import load_embedder
+        from acn.providers.embedders import load_embedder
 
         _EMBEDDERS[name] = load_embedder(name)
     return _EMBEDDERS[name]

@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acn.common.models import Message
+from acn.common.settings import Settings
+from acn.text.numbers import value_present
+from acn.text.tokens import load_tokenizer
 from bench.baselines import BM25Baseline, Turn, window_context
 from bench.progress import progress
 from bench.seed_suite import Probe, Session, generate
-from common.models import Message
-from common.settings import Settings
-from text.numbers import value_present
-from text.tokens import load_tokenizer
 
 MODES = ("snapshot", "focused", "streaming", "auto")
 BASELINES = ("full history", "window (last N tokens)", "BM25 over raw turns")
@@ -62,7 +62,7 @@ class Figures:
 
 def run(sessions: list[Session], budget: int, window: int, embedder: str, sample: int, folder: Path) -> Figures:
     """Record every session, sample tokens per turn, ask every probe in every mode and baseline."""
-    from server import create_app
+    from acn.server import create_app
 
     app = create_app(Settings(milvus_uri=str(folder / "memory.db"), embedder=embedder, log_level="WARNING"))
     figures = Figures()

@@ -15,7 +15,7 @@ import threading
 from array import array
 from pathlib import Path
 
-from providers.embedders import CombinedEmbedder, E5Embedder, Embedder, UniversalSentenceEncoder, register_embedder
+from acn.providers.embedders import CombinedEmbedder, E5Embedder, Embedder, UniversalSentenceEncoder, register_embedder
 
 PREFIX = "bench-cached:"
 

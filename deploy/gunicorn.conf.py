@@ -10,7 +10,7 @@ import gc
 import importlib
 import os
 
-wsgi_app = "server:create_app()"
+wsgi_app = "acn.server:create_app()"
 bind = os.environ.get("ACN_BIND", "127.0.0.1:8000")
 # The app decides which Host names it answers by default (ACN_ALLOWED_HOSTS) from the address it is bound to;
 # under gunicorn that is ACN_BIND, not ACN_HOST, so pass it on (an explicit ACN_HOST still wins).
@@ -30,7 +30,7 @@ def post_fork(server, worker):  # noqa: ARG001 - gunicorn's hook signature
     imports and switch it back on (server.freeze_imports: ~0.2 s of CPU less at every start, as `python server.py`).
     """
     gc.disable()
-    importlib.import_module("server").freeze_imports()
+    importlib.import_module("acn.server").freeze_imports()
 
 
 def worker_exit(server, worker):  # noqa: ARG001 - gunicorn's hook signature

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.models import Message
+from acn.common.models import Message
 
 ZH_FINANCE_TURNS: list[tuple[str, str]] = [
     ("你好", "您好，很高兴为您服务。"),

@@ -12,11 +12,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.models import Message, Segment
-from compaction.engine import CompactionOutcome, compact_turns
+from acn.common.models import Message, Segment
+from acn.compaction.engine import CompactionOutcome, compact_turns
+from acn.text.tokens import load_tokenizer
 from tests.compaction_conversations import EN_PROJECT_TURNS, ZH_FINANCE_TURNS, conversation
 from tests.long_conversation import turn_messages
-from text.tokens import load_tokenizer
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.allocator import trim_free_memory
-from storage.base import CollectionSpec
-from storage.milvus import MilvusStore
+from acn.storage.allocator import trim_free_memory
+from acn.storage.base import CollectionSpec
+from acn.storage.milvus import MilvusStore
 from tests.conftest import ROOT, server_env
 
 SPEC = CollectionSpec(name="trim", scalar_fields={"kind": "varchar"}, text_field="content")
@@ -54,7 +54,7 @@ def test_trim_hands_free_malloc_pages_back() -> None:
     # 64 MB in 4 KB blocks, freed under a live block that keeps malloc from shrinking the heap by itself.
     code = """
         from pathlib import Path
-        from storage.allocator import trim_free_memory
+        from acn.storage.allocator import trim_free_memory
 
         def anon():
             line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("RssAnon"))
@@ -110,7 +110,7 @@ def test_the_app_caps_malloc_arenas_before_its_threads_start(tmp_path: Path) -> 
         import ctypes, os, threading
         from pathlib import Path
         from tests.conftest import make_settings
-        from server import create_app
+        from acn.server import create_app
 
         app = create_app(make_settings(Path({str(tmp_path)!r}), malloc_arenas=2))
         kept = []

@@ -7,6 +7,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "acn"  # the one import root: every layer below is a package of it (acn.nodes, acn.storage, ...)
 
 # Top to bottom: a module may import its own package, or a package in a layer below its own. The app layer's
 # packages may import one another (no cycle, see test_no_import_cycle); every other layer holds one package.
@@ -25,16 +26,16 @@ LAYERS: list[set[str]] = [
     {"text"},
 ]
 RANK = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
-# nodes/spec.py (the NodeSpec type) and nodes/__init__.py (the registry) are not nodes.
-NODE_SUPPORT = {"nodes", "nodes.spec"}
+# acn/nodes/spec.py (the NodeSpec type) and acn/nodes/__init__.py (the registry) are not nodes.
+NODE_SUPPORT = {"acn.nodes", "acn.nodes.spec"}
 
 
 @cache
 def modules() -> dict[str, Path]:
     """Every module of ours by dotted name (tests, benchmarks, examples and deploy files excluded)."""
-    found = {"server": ROOT / "server.py"}
+    found = {"acn.server": PACKAGE / "server.py"}
     for package in RANK:
-        for path in (ROOT / package).rglob("*.py") if (ROOT / package).is_dir() else []:
+        for path in (PACKAGE / package).rglob("*.py") if (PACKAGE / package).is_dir() else []:
             parts = path.relative_to(ROOT).with_suffix("").parts
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
@@ -77,12 +78,22 @@ def imported_names(source: str, package: str) -> set[str]:
 
 
 def top(module: str) -> str:
-    return module.split(".")[0]
+    """The layer package of one of our modules: `acn.storage.memories` -> `storage`."""
+    return module.split(".")[1]
 
 
 def test_every_package_has_a_layer() -> None:
-    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench", "examples"}
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert packages <= set(RANK), f"place {sorted(packages - set(RANK))} in LAYERS and docs/ARCHITECTURE.md"
+
+
+def test_one_import_root() -> None:
+    """Nothing of the product is importable beside `acn`: a checkout's top level holds acn/, the thin server.py
+    entry point, and the folders that are not installed (tests, benchmarks, examples)."""
+    roots = {p.parent.name for p in ROOT.glob("*/__init__.py")} | {p.stem for p in ROOT.glob("*.py")}
+    assert roots == {"acn", "server", "tests", "bench"}, f"outside acn/: {sorted(roots - {'acn', 'server', 'tests', 'bench'})}"
+    thin = (ROOT / "server.py").read_text(encoding="utf-8")
+    assert "from acn.server import create_app, freeze_imports, main" in thin and len(thin.splitlines()) < 30
 
 
 def test_imports_point_down() -> None:
@@ -121,17 +132,19 @@ def test_checker_sees_every_kind_of_import() -> None:
     """Function-level, TYPE_CHECKING and relative imports are dependencies too: the walk must see them."""
     source = (
         "from typing import TYPE_CHECKING\n"
-        "import common.errors\n"
-        "if TYPE_CHECKING:\n    from storage.memories import MemoryRepository\n"
-        "def later():\n    from nodes import spec\n"
+        "import acn.common.errors\n"
+        "if TYPE_CHECKING:\n    from acn.storage.memories import MemoryRepository\n"
+        "def later():\n    from acn.nodes import spec\n"
         "from .render import render_memories\n"
     )
-    names = imported_names(source, "retrieval")
-    assert {"common.errors", "storage.memories", "nodes", "nodes.spec", "retrieval.render"} <= names
-    assert {resolve(n) for n in names} >= {"common.errors", "storage.memories", "nodes.spec", "retrieval.render"}
+    names = imported_names(source, "acn.retrieval")
+    expected = {"acn.common.errors", "acn.storage.memories", "acn.nodes.spec", "acn.retrieval.render"}
+    assert expected | {"acn.nodes"} <= names
+    assert {resolve(n) for n in names} >= expected
 
 
 def test_architecture_document_places_every_package() -> None:
     document = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    missing = [package for package in RANK if f"`{package}/`" not in document and f"`{package}.py`" not in document]
+    missing = [package for package in RANK
+               if f"`acn/{package}/`" not in document and f"`acn/{package}.py`" not in document]
     assert missing == [], f"docs/ARCHITECTURE.md does not place {missing}"

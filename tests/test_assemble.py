@@ -10,8 +10,8 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from acn.text.tokens import load_tokenizer
 from tests.conftest import assert_error, post
-from text.tokens import load_tokenizer
 
 TOKENIZER = load_tokenizer()
 HISTORY = [

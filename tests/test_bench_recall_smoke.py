@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from acn.text.tokens import load_tokenizer
 from bench import locomo, seed_recall
 from bench.baselines import BM25Baseline, Turn, window_context
 from bench.scoring import Outcome, Tally, collect_ids, evidence_ids, score
 from bench.seed_suite import generate
-from text.tokens import load_tokenizer
 
 TOKENIZER = load_tokenizer()
 

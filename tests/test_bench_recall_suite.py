@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from acn.text.tokens import load_tokenizer
 from bench import recall, zh_daily
 from bench.baselines import BM25Baseline, window_context
 from bench.locomo import Line
-from text.tokens import load_tokenizer
 
 TOKENIZER = load_tokenizer()
 

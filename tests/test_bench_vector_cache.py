@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from acn.providers.embedders import EMBEDDERS, HashEmbedder
 from bench.vector_cache import PREFIX, CachedEmbedder, VectorCache, cached_name
-from providers.embedders import EMBEDDERS, HashEmbedder
 
 
 class Counting(HashEmbedder):

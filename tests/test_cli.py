@@ -13,7 +13,7 @@ from tests.conftest import ROOT, free_port, serving
 
 
 def acn(base: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", "--url", base, *args], cwd=ROOT, input=stdin,
+    return subprocess.run([sys.executable, "-m", "acn.app.cli", "--url", base, *args], cwd=ROOT, input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -1,4 +1,4 @@
-"""Rows inserted into Lite by columns (storage/column_insert.py) read back exactly as rows inserted by rows."""
+"""Rows inserted into Lite by columns (acn/storage/column_insert.py) read back exactly as rows inserted by rows."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from pymilvus.client.prepare import Prepare
 
-from common.models import Memory
-from providers.embedders import HashEmbedder
-from storage.base import Filter
-from storage.memories import MemoryRepository
-from storage.memory_rows import OUTPUT_FIELDS, new_memory_id, to_record
-from storage.milvus import MilvusStore
+from acn.common.models import Memory
+from acn.providers.embedders import HashEmbedder
+from acn.storage.base import Filter
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import OUTPUT_FIELDS, new_memory_id, to_record
+from acn.storage.milvus import MilvusStore
 from tests.conftest import ENGINE
 
 pytestmark = pytest.mark.skipif(bool(ENGINE), reason="the C++ engine (milvus-lite 2) runs in a process of its own")

@@ -13,23 +13,23 @@ import pytest
 import requests
 from flask import Flask
 
-import compaction.extractive as extractive
-import compaction.key_numbers as key_numbers
-import compaction.similarity as similarity
-import text.numbers as numbers
-import text.sentences as sentences
+import acn.compaction.extractive as extractive
+import acn.compaction.key_numbers as key_numbers
+import acn.compaction.similarity as similarity
+import acn.text.numbers as numbers
+import acn.text.sentences as sentences
+from acn.common.models import Decision, Message
+from acn.compaction.engine import compact_turns
+from acn.compaction.key_numbers import add_key_number, build_key_numbers
+from acn.compaction.merge import resolve_decisions
+from acn.compaction.rules import Statement, is_question
+from acn.compaction.similarity import is_near_duplicate, same_topic
+from acn.server import create_app
+from acn.text.similarity import similarity as text_similarity
+from acn.text.tokens import load_tokenizer
 from bench.compaction_cost import conversation as generated
-from common.models import Decision, Message
-from compaction.engine import compact_turns
-from compaction.key_numbers import add_key_number, build_key_numbers
-from compaction.merge import resolve_decisions
-from compaction.rules import Statement, is_question
-from compaction.similarity import is_near_duplicate, same_topic
-from server import create_app
 from tests.compaction_golden import GOLDEN, digests
 from tests.conftest import assert_error, make_settings, post, serving
-from text.similarity import similarity as text_similarity
-from text.tokens import load_tokenizer
 
 # -- the same outputs -----------------------------------------------------------------------
 

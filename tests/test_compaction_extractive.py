@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import ValidationError
-from common.models import Message
-from compaction.engine import compact_turns
-from compaction.render import render_working_summary
+from acn.common.errors import ValidationError
+from acn.common.models import Message
+from acn.compaction.engine import compact_turns
+from acn.compaction.render import render_working_summary
+from acn.text.numbers import extract_key_numbers, value_present
+from acn.text.tokens import Tokenizer, load_tokenizer
 from tests.compaction_conversations import EN_PROJECT_TURNS, ZH_FINANCE_TURNS, conversation
-from text.numbers import extract_key_numbers, value_present
-from text.tokens import Tokenizer, load_tokenizer
 
 ZH_NUMBERS = [
     "ORD-20250317-8821",

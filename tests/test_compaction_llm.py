@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from common.errors import ProviderError
-from common.models import Segment
-from compaction.engine import compact_turns
-from compaction.llm import parse_summary
-from providers.openai_chat import ChatClient
+from acn.common.errors import ProviderError
+from acn.common.models import Segment
+from acn.compaction.engine import compact_turns
+from acn.compaction.llm import parse_summary
+from acn.providers.openai_chat import ChatClient
+from acn.text.numbers import value_present
+from acn.text.tokens import Tokenizer, load_tokenizer
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
 from tests.fake_llm import FakeLLM, fake_llm  # noqa: F401
-from text.numbers import value_present
-from text.tokens import Tokenizer, load_tokenizer
 
 TIMEOUT, RETRIES = 0.5, 1
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.models import Message, Segment
-from compaction.engine import compact_turns
-from compaction.verify import verify_numbers
+from acn.common.models import Message, Segment
+from acn.compaction.engine import compact_turns
+from acn.compaction.verify import verify_numbers
+from acn.text.numbers import extract_key_numbers, value_present
+from acn.text.tokens import load_tokenizer
 from tests.compaction_conversations import conversation
-from text.numbers import extract_key_numbers, value_present
-from text.tokens import load_tokenizer
 
 TOKENIZER = load_tokenizer()
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from common.errors import ProviderError, ProviderTimeoutError, ValidationError
-from common.settings import Settings
-from providers.openai_chat import ChatClient, parse_reply_content
+from acn.common.errors import ProviderError, ProviderTimeoutError, ValidationError
+from acn.common.settings import Settings
+from acn.providers.openai_chat import ChatClient, parse_reply_content
 from tests.fake_llm import FakeLLM, fake_llm  # noqa: F401
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from common.models import Message, Segment
-from compaction.segments import cut_segments, group_turns, next_turn_number, segment_id, split_recent
+from acn.common.models import Message, Segment
+from acn.compaction.segments import cut_segments, group_turns, next_turn_number, segment_id, split_recent
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
 
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from common.errors import CoordinationUnavailableError, LeaseLostError, SessionBusyError
-from common.settings import Settings
-from storage.coordination import RedisCoordinator, open_coordinator
+from acn.common.errors import CoordinationUnavailableError, LeaseLostError, SessionBusyError
+from acn.common.settings import Settings
+from acn.storage.coordination import RedisCoordinator, open_coordinator
 from tests.redis_support import RedisServer, redis_server
 
 

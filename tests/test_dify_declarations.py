@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from integrations.generate import AUTHOR, PLUGIN_DIR, PLUGIN_NAME, RESERVED_OUTPUTS
+from acn.integrations.generate import AUTHOR, PLUGIN_DIR, PLUGIN_NAME, RESERVED_OUTPUTS
 from tests.conftest import ROOT
 
 EXAMPLES = ROOT / "examples" / "dify"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from app.openapi import ROOT
-from common.settings import Settings
-from nodes import all_nodes
+from acn.app.openapi import ROOT
+from acn.common.settings import Settings
+from acn.nodes import all_nodes
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -37,11 +37,11 @@ def test_the_version_has_one_source() -> None:
 
     import yaml
 
-    from common.pack import VERSION
+    from acn.common.pack import VERSION
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "common.pack.VERSION"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "acn.common.pack.VERSION"}
     assert yaml.safe_load((ROOT / "manifest.yaml").read_text(encoding="utf-8"))["version"] == VERSION
     openapi = json.loads((ROOT / "schemas" / "openapi.json").read_text(encoding="utf-8"))
     assert openapi["info"]["version"] == VERSION

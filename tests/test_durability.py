@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from server import create_app
+from acn.server import create_app
 from tests.conftest import assert_error, free_port, make_settings, post, start_server, stop_process, wait_for_port
 
 WRITERS, WRITES_PER_WRITER = 4, 500

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.models import Message
-from common.settings import Settings
-from editing.edit import protected_start, shrink_json, tool_names
-from nodes.edit_context import NODE, EditContextRequest, EditContextResponse, run
-from services.deps import Deps
-from text.tokens import load_tokenizer
+from acn.common.models import Message
+from acn.common.settings import Settings
+from acn.editing.edit import protected_start, shrink_json, tool_names
+from acn.nodes.edit_context import NODE, EditContextRequest, EditContextResponse, run
+from acn.services.deps import Deps
+from acn.text.tokens import load_tokenizer
 
 DEPS = Deps(settings=Settings(), tokenizer=load_tokenizer())
 ORDERS_JSON = json.dumps(

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-import editing.edit as editing
-import nodes.edit_context as edit_context
-from common.models import Message
-from common.settings import Settings
-from editing.edit import EditRules
-from nodes.edit_context import EditContextRequest
-from services.deps import Deps
-from text.numbers import extract_key_numbers, value_present
-from text.similarity import can_reach, shingle_similarity, shingles
-from text.tokens import load_tokenizer
+import acn.editing.edit as editing
+import acn.nodes.edit_context as edit_context
+from acn.common.models import Message
+from acn.common.settings import Settings
+from acn.editing.edit import EditRules
+from acn.nodes.edit_context import EditContextRequest
+from acn.services.deps import Deps
+from acn.text.numbers import extract_key_numbers, value_present
+from acn.text.similarity import can_reach, shingle_similarity, shingles
+from acn.text.tokens import load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.models import Namespace
-from common.settings import Settings
-from providers.embedders import (
+from acn.common.models import Namespace
+from acn.common.settings import Settings
+from acn.providers.embedders import (
     CombinedEmbedder,
     E5Embedder,
     Embedder,
@@ -18,9 +18,9 @@ from providers.embedders import (
     UniversalSentenceEncoder,
     load_embedder,
 )
-from providers.embedding_setup import embedder_from_settings, embeds_in_background
-from server import create_app
-from storage.base import Filter
+from acn.providers.embedding_setup import embedder_from_settings, embeds_in_background
+from acn.server import create_app
+from acn.storage.base import Filter
 from tests.conftest import make_settings, post
 
 TEXTS = ["the reconciliation timeout is 30 seconds", "对账接口的超时设为30秒", "我妹妹买了一辆红色的自行车", ""]

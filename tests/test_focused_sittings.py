@@ -6,10 +6,10 @@ from __future__ import annotations
 from flask import Flask
 from flask.testing import FlaskClient
 
-from assembly.recall import DAY_WEIGHT, NEIGHBOUR_DECAY, NEIGHBOUR_SUM, day_weighted, with_neighbours
-from common.auth import DEFAULT_TENANT
-from common.models import Memory, Namespace
-from retrieval.rank import Ranked
+from acn.assembly.recall import DAY_WEIGHT, NEIGHBOUR_DECAY, NEIGHBOUR_SUM, day_weighted, with_neighbours
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory, Namespace
+from acn.retrieval.rank import Ranked
 from tests.conftest import post
 
 
@@ -83,8 +83,8 @@ def test_a_message_next_to_two_hits_gains_from_both(app: Flask, client: FlaskCli
 def test_a_long_date_meta_is_read_by_its_head_and_not_kept_whole() -> None:
     """A caller's `date` meta of 200k characters: its day is read from the head, and the text cache (bounded by
     bytes) does not keep the 200k-character key; with an unbounded lru_cache of whole values it did."""
-    from assembly.recall import MAX_DAY_CHARS, _day, message_day
-    from text.byte_cache import TEXT_CACHE
+    from acn.assembly.recall import MAX_DAY_CHARS, _day, message_day
+    from acn.text.byte_cache import TEXT_CACHE
 
     head = "1:56 pm on 8 May, 2023"
     long = message(f"long-{id(head)}", head + " " + "x" * 200_000)

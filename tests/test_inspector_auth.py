@@ -16,8 +16,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from inspector.signin import LOGIN_COOKIE, SESSION_COOKIE, UiAuth, derive_secret
-from server import create_app
+from acn.inspector.signin import LOGIN_COOKIE, SESSION_COOKIE, UiAuth, derive_secret
+from acn.server import create_app
 from tests.conftest import assert_error, make_settings
 from tests.long_conversation import turn_messages
 

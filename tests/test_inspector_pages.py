@@ -7,8 +7,8 @@ from typing import Any, get_args
 import pytest
 from flask.testing import FlaskClient
 
-from common.models import MemoryKind
-from inspector.i18n import EN, KIND_LABELS, ZH, pick_language
+from acn.common.models import MemoryKind
+from acn.inspector.i18n import EN, KIND_LABELS, ZH, pick_language
 from tests.conftest import assert_error, post
 from tests.long_conversation import turn_messages
 

@@ -14,7 +14,7 @@ from typing import Any
 import requests
 import yaml
 
-from common.settings import ENV_PREFIX, Settings
+from acn.common.settings import ENV_PREFIX, Settings
 from tests.conftest import ROOT, free_port, server_env, wait_for_port
 
 KEY = "deploy-key"

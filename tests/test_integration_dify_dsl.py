@@ -103,7 +103,7 @@ def test_plugin_chatflow_uses_the_plugins_declared_parameters_and_outputs() -> N
 
     import yaml
 
-    from integrations.generate import AUTHOR, PLUGIN_DIR, PLUGIN_NAME
+    from acn.integrations.generate import AUTHOR, PLUGIN_DIR, PLUGIN_NAME
 
     document = yaml.safe_load((EXAMPLES / "memory_chatflow_plugin.yml").read_text(encoding="utf-8"))
     nodes = {node["id"]: node["data"] for node in document["workflow"]["graph"]["nodes"]}

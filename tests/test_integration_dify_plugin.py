@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from common.pack import VERSION as PACK_VERSION
-from integrations.generate import PLUGIN_DIR, TOOL_NODES, dify_plugin_files
-from integrations.package_dify import build
-from nodes import all_nodes
+from acn.common.pack import VERSION as PACK_VERSION
+from acn.integrations.generate import PLUGIN_DIR, TOOL_NODES, dify_plugin_files
+from acn.integrations.package_dify import build
+from acn.nodes import all_nodes
 from tests.integration_support import LiveServer, run_py312
 
 pytest_plugins = ("tests.integration_fixtures",)
@@ -84,7 +84,7 @@ def check_tool(tool: dict[str, Any]) -> None:
 def test_plugin_directory_holds_exactly_the_generated_tools() -> None:
     generated = {p for p in dify_plugin_files(all_nodes()) if p.parent.name == "tools"}
     on_disk = set((PLUGIN_DIR / "tools").glob("*.y*ml")) | set((PLUGIN_DIR / "tools").glob("*.py"))
-    assert on_disk == generated, "regenerate with `python -m app.generate`"
+    assert on_disk == generated, "regenerate with `python -m acn.app.generate`"
 
 
 def test_package_holds_the_plugin_with_manifest_at_the_root(tmp_path: Path) -> None:

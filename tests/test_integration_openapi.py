@@ -15,7 +15,7 @@ import yaml
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-from integrations.generate import COZE_DIR, TOOL_NODES
+from acn.integrations.generate import COZE_DIR, TOOL_NODES
 from tests.conftest import ROOT
 from tests.integration_support import LiveServer, run_py312
 

@@ -1,4 +1,4 @@
-"""Milvus Lite segments with the product's cached segmentation (storage/lite_tokens.py), giving its own tokens."""
+"""Milvus Lite segments with the product's cached segmentation (acn/storage/lite_tokens.py), giving its own tokens."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acn.server import create_app
+from acn.storage.lite_tokens import SAMPLES, share_segmentation
+from acn.text.terms import bm25_tokens
 from bench import zh_daily
 from bench.perf import memory_text
-from server import create_app
-from storage.lite_tokens import SAMPLES, share_segmentation
 from tests.conftest import make_settings, post
 from tests.test_text_terms import PIECES
-from text.terms import bm25_tokens
 
 # The pure-Python Lite segments in this process; the C++ engine (the engine run) has no such analyzer.
 JiebaAnalyzer = pytest.importorskip("milvus_lite.analyzer.jieba_analyzer").JiebaAnalyzer

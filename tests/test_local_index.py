@@ -1,7 +1,7 @@
 """The in-process search index selects the rows the store selects, ranks them as the store does, and
 follows every write.
 
-With a Lite file this process searches an agent's rows in memory (storage/local_index.py) instead of asking
+With a Lite file this process searches an agent's rows in memory (acn/storage/local_index.py) instead of asking
 Milvus Lite. These tests hold it to the store: the same filters select the same rows (checked against real
 Lite queries), BM25 puts the same rows on top (checked against real Lite searches), and a write, supersede or
 delete through any path shows in the next search.
@@ -17,15 +17,15 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory, Namespace
+from acn.storage.base import CollectionSpec, Filter
+from acn.storage.local_index import LocalIndex, stored_row
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import kinds_filter, live_filter, memory_spec, new_memory_id, scope_filter, to_record
+from acn.storage.milvus import MilvusStore
+from acn.storage.predicate import UnsupportedFilter, predicate
 from bench.seed_suite import generate
-from common.auth import DEFAULT_TENANT
-from common.models import Memory, Namespace
-from storage.base import CollectionSpec, Filter
-from storage.local_index import LocalIndex, stored_row
-from storage.memories import MemoryRepository
-from storage.memory_rows import kinds_filter, live_filter, memory_spec, new_memory_id, scope_filter, to_record
-from storage.milvus import MilvusStore
-from storage.predicate import UnsupportedFilter, predicate
 from tests.conftest import make_settings, post
 
 AGENTS = ("a1", "a2", "a3")
@@ -213,7 +213,7 @@ def test_retrieve_answers_the_same_from_memory_and_from_a_server(client: FlaskCl
                                                                  tmp_path: Path, ns: dict[str, str]) -> None:
     # The same writes into this process's Lite file (searched in memory) and into a Milvus server (searched
     # by the store): every retrieve returns the same memories in the same order.
-    from server import create_app
+    from acn.server import create_app
 
     other = {**ns, "agent_id": ns["agent_id"] + "-other"}
     batches = [(ns, [{"kind": "fact", "content": "客户张伟的会员号是VIP-20391"},
@@ -284,7 +284,7 @@ def test_new_rows_are_tokenized_off_the_request_path(fresh_app: Flask) -> None:
 
 
 def test_the_index_can_be_turned_off(tmp_path: Path, ns: dict[str, str]) -> None:
-    from server import create_app
+    from acn.server import create_app
 
     app = create_app(make_settings(tmp_path, local_index_rows=0))
     try:
@@ -301,8 +301,8 @@ def test_the_index_can_be_turned_off(tmp_path: Path, ns: dict[str, str]) -> None
 def test_a_distinct_index_search_keeps_what_one_per_text_keeps_of_the_full_ranking() -> None:
     # Texts of different lengths (no two score alike), each stored a few times: the index's distinct search
     # and one_per_text over the plain ranking pick the same copies in the same order, text and dense.
-    from providers.embedders import HashEmbedder
-    from storage.memory_rows import one_per_text
+    from acn.providers.embedders import HashEmbedder
+    from acn.storage.memory_rows import one_per_text
 
     embedder, rng = HashEmbedder(), random.Random(21)
     texts = [f"退款 refund {'原卡 ' * n}note {n}" for n in range(1, 13)]

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from acn.text.tokens import load_tokenizer
 from tests.conftest import post
 from tests.long_conversation import LIVE_FACTS, QUESTIONS, SUPERSEDED, turn_messages
-from text.tokens import load_tokenizer
 
 SYSTEM = "你是XX电商平台的客服助手，语气亲切，不得承诺超出政策范围的内容。"
 

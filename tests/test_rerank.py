@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from common.errors import ConfigurationError, ProviderError
-from common.settings import Settings
-from providers.rerank import Reranker, parse_results
-from server import create_app
+from acn.common.errors import ConfigurationError, ProviderError
+from acn.common.settings import Settings
+from acn.providers.rerank import Reranker, parse_results
+from acn.server import create_app
 from tests.conftest import make_settings
 from tests.stand_in_http import stand_in
 

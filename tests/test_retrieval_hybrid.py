@@ -11,15 +11,15 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from assembly.recall import NEIGHBOUR_SPAN
-from common.models import Memory
-from providers.embedders import UniversalSentenceEncoder, load_embedder
-from retrieval.rank import coverage_all
-from server import create_app
+from acn.assembly.recall import NEIGHBOUR_SPAN
+from acn.common.models import Memory
+from acn.providers.embedders import UniversalSentenceEncoder, load_embedder
+from acn.retrieval.rank import coverage_all
+from acn.server import create_app
+from acn.text.dates import normalise_date
+from acn.text.query import resolve_back_reference, speaker_names
+from acn.text.terms import content_terms, stem
 from tests.conftest import make_settings, post
-from text.dates import normalise_date
-from text.query import resolve_back_reference, speaker_names
-from text.terms import content_terms, stem
 
 
 def test_stems_meet_across_inflections() -> None:
@@ -196,7 +196,7 @@ def test_hybrid_finds_what_bm25_cannot(hybrid_app: Flask, client: FlaskClient) -
 
 
 def test_unknown_embedder_names_the_known_ones() -> None:
-    from common.errors import ValidationError
+    from acn.common.errors import ValidationError
 
     with pytest.raises(ValidationError, match="use"):
         load_embedder("nope")
@@ -255,7 +255,7 @@ def test_messages_that_state_their_date_share_one_header(client: FlaskClient, ns
 
 
 def test_the_bm25_query_drops_punctuation_but_keeps_decimals() -> None:
-    from retrieval.rank import lexical_query
+    from acn.retrieval.rank import lexical_query
 
     assert lexical_query("Bart：我有点紧张呢，你有什么建议？").split() == ["Bart", "我有点紧张呢", "你有什么建议"]
     assert lexical_query("It's 3.5 km, v1.2.").split() == ["It", "s", "3.5", "km", "v1.2"]

@@ -7,14 +7,14 @@ import json
 import yaml
 from flask.testing import FlaskClient
 
-from app.generate import stale_files
-from app.openapi import ROOT, build_openapi
-from nodes import all_nodes
+from acn.app.generate import stale_files
+from acn.app.openapi import ROOT, build_openapi
+from acn.nodes import all_nodes
 
 
 def test_generated_files_are_up_to_date() -> None:
     stale = stale_files(all_nodes())
-    assert stale == [], f"regenerate with `python -m app.generate`: {stale}"
+    assert stale == [], f"regenerate with `python -m acn.app.generate`: {stale}"
 
 
 def test_served_openapi_equals_the_file_except_server_url(client: FlaskClient) -> None:

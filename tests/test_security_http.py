@@ -21,7 +21,7 @@ import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
-from server import create_app
+from acn.server import create_app
 from tests.conftest import assert_error, make_settings, post, serving
 
 KEY = "security-key-1"
@@ -173,8 +173,8 @@ def test_an_allowed_origin_gets_cors_answers_and_others_do_not(cors_app: Flask) 
 
 
 def test_guard_settings_are_checked_and_defaults_follow_the_bind_address() -> None:
-    from app.http_guard import build_policy, check_host
-    from common.errors import ConfigurationError, MisdirectedHostError
+    from acn.app.http_guard import build_policy, check_host
+    from acn.common.errors import ConfigurationError, MisdirectedHostError
 
     def answers(policy: Any, host: str) -> bool:
         try:

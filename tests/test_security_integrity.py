@@ -8,9 +8,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from common.models import Memory, Message, Namespace
-from storage.memory_rows import new_memory_id
-from storage.sessions import SessionState
+from acn.common.models import Memory, Message, Namespace
+from acn.storage.memory_rows import new_memory_id
+from acn.storage.sessions import SessionState
 from tests.conftest import assert_error, post
 
 TENANT = "default"

@@ -20,10 +20,10 @@ import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
-from common.errors import ConfigurationError, LlmNotAllowedError, ProviderError
-from common.settings import Settings
-from providers.llm_guard import address_problem, allowed_entry, parse_allow_list, parse_url, resolve_checked
-from providers.openai_chat import ChatClient, request_endpoint
+from acn.common.errors import ConfigurationError, LlmNotAllowedError, ProviderError
+from acn.common.settings import Settings
+from acn.providers.llm_guard import address_problem, allowed_entry, parse_allow_list, parse_url, resolve_checked
+from acn.providers.openai_chat import ChatClient, request_endpoint
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
 from tests.conftest import post, serving
 from tests.fake_llm import FakeLLM, fake_llm  # noqa: F401

@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.sessions import chunk_text
+from acn.storage.sessions import chunk_text
 from tests.conftest import assert_error, post
 
 
@@ -120,9 +120,9 @@ def test_snapshot_chunks_are_maximal_whole_character_pieces(text: str, limit: in
 def test_long_snapshots_are_stored_compressed_and_plain_ones_still_read(app: Flask, ns: dict[str, str]) -> None:
     # A long session's state is written compressed (each turn stores a version of it); snapshots written
     # plain, as earlier releases did, read back unchanged.
-    from common.auth import DEFAULT_TENANT
-    from common.models import Message, Namespace
-    from storage.sessions import COMPRESSED, SessionState, pack, unpack
+    from acn.common.auth import DEFAULT_TENANT
+    from acn.common.models import Message, Namespace
+    from acn.storage.sessions import COMPRESSED, SessionState, pack, unpack
 
     sessions = app.extensions["acn"].sessions
     namespace = Namespace(**ns)

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import StoreUnavailableError
-from common.models import Namespace
-from memory.items import MemoryItem
-from memory.write import new_memory
-from providers.embedders import HashEmbedder
-from storage.base import Filter
-from storage.memories import MemoryRepository
-from storage.memory_rows import kinds_filter, live_filter, scope_filter, to_record
-from storage.milvus import MAX_VARCHAR, MilvusStore
-from storage.sessions import SessionRepository, SessionState
+from acn.common.errors import StoreUnavailableError
+from acn.common.models import Namespace
+from acn.memory.items import MemoryItem
+from acn.memory.write import new_memory
+from acn.providers.embedders import HashEmbedder
+from acn.storage.base import Filter
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import kinds_filter, live_filter, scope_filter, to_record
+from acn.storage.milvus import MAX_VARCHAR, MilvusStore
+from acn.storage.sessions import SessionRepository, SessionState
 from tests.conftest import ENGINE
 
 
@@ -285,7 +285,7 @@ def test_a_distinct_search_keeps_one_copy_of_a_text_and_fills_its_limit_with_oth
 
 
 def test_one_per_text_keeps_the_best_copy_and_the_newest_of_equal_ones() -> None:
-    from storage.memory_rows import one_per_text
+    from acn.storage.memory_rows import one_per_text
 
     ns = Namespace(agent_id="a", session_id="s")
     made = [new_memory(ns, MemoryItem(kind="fact", content=text), now) for text, now in

@@ -17,10 +17,10 @@ import requests
 from cryptography.fernet import Fernet
 from flask import Flask
 
-from common.errors import PackError
-from common.logs import JsonFormatter
-from server import create_app
-from storage.crypto import MARKER
+from acn.common.errors import PackError
+from acn.common.logs import JsonFormatter
+from acn.server import create_app
+from acn.storage.crypto import MARKER
 from tests.conftest import ROOT, assert_error, free_port, make_settings, post, server_env, wait_for_port
 
 KEYS = "key-alpha-123:alpha,key-beta-456:beta"
@@ -216,7 +216,7 @@ def test_a_malformed_key_stops_start_up_with_a_clear_error(tmp_path: Path) -> No
 
 
 def _ns(ns: dict[str, Any]) -> Any:
-    from common.models import Namespace
+    from acn.common.models import Namespace
 
     return Namespace(**ns)
 

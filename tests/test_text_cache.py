@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-import text.byte_cache as byte_cache
-import text.similarity as similarity
-import text.terms as terms
-from app.runtime import Runtime
+import acn.text.byte_cache as byte_cache
+import acn.text.similarity as similarity
+import acn.text.terms as terms
+from acn.app.runtime import Runtime
+from acn.text.byte_cache import DEFAULT_BYTES, ENTRY_BYTES, TEXT_CACHE, ByteLRU, text_bytes
 from tests.conftest import make_settings
-from text.byte_cache import DEFAULT_BYTES, ENTRY_BYTES, TEXT_CACHE, ByteLRU, text_bytes
 
 BUDGET = 4 << 20
 # Every cached text function, with what it computes uncached.

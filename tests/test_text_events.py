@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from text.events import Event, extract_events, topic_key
+from acn.text.events import Event, extract_events, topic_key
 
 
 def _one(text: str, role: str = "user") -> Event:

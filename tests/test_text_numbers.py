@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from text.numbers import KINDS, KeyNumber, extract_key_numbers, value_present
+from acn.text.numbers import KINDS, KeyNumber, extract_key_numbers, value_present
 
 SEED = "我要在2026年6月30日之前把12万转到对公账户62938471"
 

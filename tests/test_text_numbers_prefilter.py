@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from text import numbers
-from text.numbers import _FOLD, _PATTERNS, _candidates, _clean_edges, _trim, extract_key_numbers, key_values
+from acn.text import numbers
+from acn.text.numbers import _FOLD, _PATTERNS, _candidates, _clean_edges, _trim, extract_key_numbers, key_values
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"
 

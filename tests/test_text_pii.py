@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from text.pii import find_pii, luhn_valid, redact_pii
+from acn.text.pii import find_pii, luhn_valid, redact_pii
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from text.sentences import split_sentences
+from acn.text.sentences import split_sentences
 
 
 def test_chinese_terminators_split() -> None:

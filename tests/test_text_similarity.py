@@ -7,7 +7,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from text.similarity import can_reach, normalise, shingle_similarity, shingles, similarity
+from acn.text.similarity import can_reach, normalise, shingle_similarity, shingles, similarity
 
 
 def test_normalise_folds_width_case_punctuation_and_space() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from text.similarity import PrefixFilter, shingles
+from acn.text.similarity import PrefixFilter, shingles
 
 
 def _old_prefixes(sets: list[frozenset[str]], threshold: float) -> list[tuple[str, ...]]:

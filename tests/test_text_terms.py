@@ -6,8 +6,8 @@ import jieba
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acn.text.terms import CACHED_TOKENS_CHARS, _block_tokens_cached, bm25_tokens
 from bench.perf import conversation_turn
-from text.terms import CACHED_TOKENS_CHARS, _block_tokens_cached, bm25_tokens
 
 
 def jiebas(text: str) -> tuple[str, ...]:

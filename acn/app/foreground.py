@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from storage.read_priority import READS
+from acn.storage.read_priority import READS
 
 
 class Foreground:
@@ -13,7 +13,7 @@ class Foreground:
 
     Why: a session index loading in the background makes Milvus Lite (running in this process) build thousands of
     rows under the interpreter lock; alongside a request that slows the request down, from its store search to its
-    ranking and rendering (storage/read_priority.py).
+    ranking and rendering (acn/storage/read_priority.py).
     """
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:

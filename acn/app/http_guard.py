@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 
 from flask import Request, Response
 
-from app.json_body import is_json_mimetype
-from common.errors import ConfigurationError, ForbiddenOriginError, MisdirectedHostError, UnsupportedMediaError
+from acn.app.json_body import is_json_mimetype
+from acn.common.errors import ConfigurationError, ForbiddenOriginError, MisdirectedHostError, UnsupportedMediaError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")

@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import request
 
-from common.errors import BadRequestError, DuplicateKeyError, UnsupportedMediaError
+from acn.common.errors import BadRequestError, DuplicateKeyError, UnsupportedMediaError
 
 # Deeper bodies are refused (400): Python's json recurses per level, and nothing this pack takes nests so deep.
 MAX_JSON_DEPTH = 64

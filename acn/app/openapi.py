@@ -1,6 +1,6 @@
 """Build the OpenAPI 3.0 document, per-node JSON Schemas and manifest.yaml from the models.
 
-`python -m app.generate` writes them (with the integrations' files); `--check` fails when they are stale.
+`python -m acn.app.generate` writes them (with the integrations' files); `--check` fails when they are stale.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from common.pack import PACK
-from nodes.spec import NodeSpec
+from acn.common.pack import PACK
+from acn.nodes.spec import NodeSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: schemas/ and manifest.yaml sit beside acn/
 SCHEMA_DIR = ROOT / "schemas"
 MANIFEST = ROOT / "manifest.yaml"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -35,7 +35,7 @@ ERROR_SCHEMA: dict[str, Any] = {
 
 def admin_models() -> dict[str, type[BaseModel]]:
     """Return the models of the non-node routes (imported lazily to keep this module light)."""
-    from nodes.memory_admin import (
+    from acn.nodes.memory_admin import (
         DeleteResponse,
         MemoryGetResponse,
         MemoryImportRequest,

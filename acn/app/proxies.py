@@ -12,7 +12,7 @@ from typing import Any
 
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from common.errors import ConfigurationError
+from acn.common.errors import ConfigurationError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

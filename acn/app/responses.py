@@ -8,8 +8,8 @@ from typing import Any
 import pydantic
 from flask import Response, current_app, g
 
-from common.errors import ValidationError
-from common.models import NodeResponse
+from acn.common.errors import ValidationError
+from acn.common.models import NodeResponse
 
 
 def error_response(status: int, code: str, message: str, errors: list[str] | None = None) -> Response:

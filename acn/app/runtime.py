@@ -11,25 +11,25 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
-from common.settings import Settings
-from providers.embedders import Embedder
-from providers.embedding_setup import embedder_from_settings, embeds_in_background, inline_rows
-from providers.llm_guard import LlmGate, parse_allow_list
-from providers.openai_chat import ChatClient
-from providers.rerank import Reranker
-from services.deps import Deps
-from services.slots import WorkSlots
-from storage.coordination import open_coordinator
-from storage.crypto import SnapshotCipher
-from storage.embedding_backlog import EmbeddingBacklog
-from storage.lite_tokens import share_segmentation
-from storage.memories import MemoryRepository
-from storage.milvus import MilvusStore, open_store
-from storage.sealed import RowSealer
-from storage.sessions import SessionRepository
-from text.byte_cache import TEXT_CACHE
-from text.model_cache import cache_dir_setting, load_jieba_dictionary
-from text.tokens import Tokenizer, load_tokenizer
+from acn.common.settings import Settings
+from acn.providers.embedders import Embedder
+from acn.providers.embedding_setup import embedder_from_settings, embeds_in_background, inline_rows
+from acn.providers.llm_guard import LlmGate, parse_allow_list
+from acn.providers.openai_chat import ChatClient
+from acn.providers.rerank import Reranker
+from acn.services.deps import Deps
+from acn.services.slots import WorkSlots
+from acn.storage.coordination import open_coordinator
+from acn.storage.crypto import SnapshotCipher
+from acn.storage.embedding_backlog import EmbeddingBacklog
+from acn.storage.lite_tokens import share_segmentation
+from acn.storage.memories import MemoryRepository
+from acn.storage.milvus import MilvusStore, open_store
+from acn.storage.sealed import RowSealer
+from acn.storage.sessions import SessionRepository
+from acn.text.byte_cache import TEXT_CACHE
+from acn.text.model_cache import cache_dir_setting, load_jieba_dictionary
+from acn.text.tokens import Tokenizer, load_tokenizer
 
 log = logging.getLogger("acn.runtime")
 # How long start-up waits at most for its warm-ups (jieba's dictionary, the store's first search, the embedder's

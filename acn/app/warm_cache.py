@@ -1,11 +1,11 @@
-"""`python -m app.warm_cache`: write the model cache now (e.g. when an image is built), from ACN_CACHE_DIR."""
+"""`python -m acn.app.warm_cache`: write the model cache now (e.g. when an image is built), from ACN_CACHE_DIR."""
 
 from __future__ import annotations
 
 import logging
 
-from common.settings import Settings
-from text.model_cache import cache_dir_setting, load_jieba_dictionary, load_offline_cl100k, load_use_parts
+from acn.common.settings import Settings
+from acn.text.model_cache import cache_dir_setting, load_jieba_dictionary, load_offline_cl100k, load_use_parts
 
 
 def main() -> None:

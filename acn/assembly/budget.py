@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from common.models import StrictModel
+from acn.common.models import StrictModel
 
 # Fill order when one layer leaves budget unused: facts before chatter.
 FLOW_ORDER = ("working", "memory", "history")

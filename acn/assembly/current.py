@@ -12,14 +12,14 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from functools import lru_cache
 
-from common.models import Memory, Namespace, Segment
-from compaction.key_numbers import EARLIER_SUFFIX
-from compaction.render import render_segment
-from compaction.state import working_state
-from storage.base import Filter
-from storage.memories import MemoryRepository
-from storage.memory_rows import scope_filter
-from text.numbers import extract_key_numbers, value_present
+from acn.common.models import Memory, Namespace, Segment
+from acn.compaction.key_numbers import EARLIER_SUFFIX
+from acn.compaction.render import render_segment
+from acn.compaction.state import working_state
+from acn.storage.base import Filter
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import scope_filter
+from acn.text.numbers import extract_key_numbers, value_present
 
 _EARLIER = tuple(EARLIER_SUFFIX.values())
 

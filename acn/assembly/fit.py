@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.models import Message
-from text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
+from acn.common.models import Message
+from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
 
 # A cut segment shorter than this says too little to be worth its header.
 MIN_CUT_TOKENS = 48

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from assembly.fit import Item
-from assembly.recall import message_order
-from common.models import Memory, Message, Segment
-from compaction.render import LABELS, render_decision, render_header
-from compaction.segments import group_turns
-from retrieval.render import render_memories, source_tag, speaker_label
-from text.dates import normalise_date
-from text.similarity import normalise, shingles
+from acn.assembly.fit import Item
+from acn.assembly.recall import message_order
+from acn.common.models import Memory, Message, Segment
+from acn.compaction.render import LABELS, render_decision, render_header
+from acn.compaction.segments import group_turns
+from acn.retrieval.render import render_memories, source_tag, speaker_label
+from acn.text.dates import normalise_date
+from acn.text.similarity import normalise, shingles
 
 KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
 UNDATED_TAG = {"zh": "[来自记忆]", "en": "[from memory]"}

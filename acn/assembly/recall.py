@@ -18,15 +18,15 @@ import re
 from dataclasses import replace
 from typing import get_args
 
-from common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
-from retrieval.intent import wants_many
-from retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
-from services.deps import Deps
-from text.byte_cache import TEXT_CACHE, text_bytes
-from text.dates import normalise_date
-from text.pleasantries import is_pleasantry
-from text.query import resolve_back_reference
-from text.similarity import normalise
+from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
+from acn.retrieval.intent import wants_many
+from acn.retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
+from acn.services.deps import Deps
+from acn.text.byte_cache import TEXT_CACHE, text_bytes
+from acn.text.dates import normalise_date
+from acn.text.pleasantries import is_pleasantry
+from acn.text.query import resolve_back_reference
+from acn.text.similarity import normalise
 
 # How many archived messages focused mode considers when the request does not cap it: about as many as
 # the budget could show (a message line is rarely under 25 tokens), within these bounds.

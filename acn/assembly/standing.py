@@ -7,12 +7,12 @@ In focused mode they take at most STANDING_SHARE of the context, most important 
 
 from __future__ import annotations
 
-from assembly.recall import readable
-from common.models import Memory, Namespace
-from services.deps import Deps
-from storage.memory_rows import kinds_filter, live_filter, scope_filter
-from text.similarity import normalise
-from text.tokens import Tokenizer
+from acn.assembly.recall import readable
+from acn.common.models import Memory, Namespace
+from acn.services.deps import Deps
+from acn.storage.memory_rows import kinds_filter, live_filter, scope_filter
+from acn.text.similarity import normalise
+from acn.text.tokens import Tokenizer
 
 STANDING_KINDS = ["identity", "constraint", "preference", "decision"]
 # What a focused context carries whatever the question: who the user is and the rules and decisions in force.

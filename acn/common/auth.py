@@ -6,8 +6,8 @@ import hmac
 import os
 import re
 
-from common.errors import UnauthorizedError, ValidationError
-from common.models import IDENTIFIER_PATTERN
+from acn.common.errors import UnauthorizedError, ValidationError
+from acn.common.models import IDENTIFIER_PATTERN
 
 DEFAULT_TENANT = "default"
 

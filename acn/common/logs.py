@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from text.pii import redact_pii
+from acn.text.pii import redact_pii
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 

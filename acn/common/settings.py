@@ -9,8 +9,8 @@ from typing import Any, Literal
 import pydantic
 from pydantic import Field
 
-from common.errors import ConfigurationError
-from common.models import StrictModel
+from acn.common.errors import ConfigurationError
+from acn.common.models import StrictModel
 
 ENV_PREFIX = "ACN_"
 
@@ -278,7 +278,7 @@ class Settings(StrictModel):
         description=(
             "Fernet key (urlsafe base64, 32 bytes) or a path to a file holding one: session snapshots and memory rows "
             "(content, key, meta) are then encrypted at rest, memories still searchable by BM25 over keyed hashes of "
-            "their tokens. Keep it apart from the store; generate with `python -m storage.crypto`."
+            "their tokens. Keep it apart from the store; generate with `python -m acn.storage.crypto`."
         ),
     )
     redact_snapshots: bool = Field(

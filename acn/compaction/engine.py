@@ -7,19 +7,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from common.errors import ProviderError, ProviderTimeoutError, ValidationError
-from common.models import Message, Segment
-from compaction.extractive import source_numbers, source_text, summarize_extractive
-from compaction.llm import summarize_llm
-from compaction.merge import merge_segments
-from compaction.render import finish_segment, segment_body
-from compaction.segments import Turn, cut_segments, group_turns, next_turn_number, segment_id, user_sentences
-from compaction.similarity import topic_keys_cached
-from compaction.state import WorkingState, working_state
-from compaction.verify import grounding_problems, self_check, verify_numbers
-from providers.openai_chat import ChatClient
-from text.lang import detect_language
-from text.tokens import Tokenizer
+from acn.common.errors import ProviderError, ProviderTimeoutError, ValidationError
+from acn.common.models import Message, Segment
+from acn.compaction.extractive import source_numbers, source_text, summarize_extractive
+from acn.compaction.llm import summarize_llm
+from acn.compaction.merge import merge_segments
+from acn.compaction.render import finish_segment, segment_body
+from acn.compaction.segments import Turn, cut_segments, group_turns, next_turn_number, segment_id, user_sentences
+from acn.compaction.similarity import topic_keys_cached
+from acn.compaction.state import WorkingState, working_state
+from acn.compaction.verify import grounding_problems, self_check, verify_numbers
+from acn.providers.openai_chat import ChatClient
+from acn.text.lang import detect_language
+from acn.text.tokens import Tokenizer
 
 log = logging.getLogger("acn.compaction")
 ENGINES = ("extractive", "llm", "auto")

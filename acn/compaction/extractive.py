@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from common.models import Decision, Segment
-from compaction.key_numbers import build_key_numbers, mark_earlier
-from compaction.merge import resolve_decisions
-from compaction.render import segment_body
-from compaction.rules import (
+from acn.common.models import Decision, Segment
+from acn.compaction.key_numbers import build_key_numbers, mark_earlier
+from acn.compaction.merge import resolve_decisions
+from acn.compaction.render import segment_body
+from acn.compaction.rules import (
     CONSTRAINT,
     DECISION,
     DONE,
@@ -21,13 +21,13 @@ from compaction.rules import (
     is_question,
     split_reason,
 )
-from compaction.segments import Turn, user_sentences
-from compaction.similarity import dedupe_keep_latest, numbers_of, same_topic
-from compaction.state import WorkingState, carry_constraints
-from text.numbers import KeyNumber, extract_key_numbers
-from text.pleasantries import is_pleasantry
-from text.sentences import split_sentences
-from text.similarity import similarity
+from acn.compaction.segments import Turn, user_sentences
+from acn.compaction.similarity import dedupe_keep_latest, numbers_of, same_topic
+from acn.compaction.state import WorkingState, carry_constraints
+from acn.text.numbers import KeyNumber, extract_key_numbers
+from acn.text.pleasantries import is_pleasantry
+from acn.text.sentences import split_sentences
+from acn.text.similarity import similarity
 
 # Statements without a key number are the lossy part of a summary; a pasted document must not turn
 # into dozens of facts. Facts with numbers are never capped.

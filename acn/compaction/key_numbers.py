@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 
-from compaction.similarity import topic_key
-from text.numbers import KINDS, SEPARATOR, value_haystack, value_needle, value_present
+from acn.compaction.similarity import topic_key
+from acn.text.numbers import KINDS, SEPARATOR, value_haystack, value_needle, value_present
 
 EARLIER_SUFFIX = {"zh": "（此前）", "en": " (earlier)"}
 _NUMBER_SUFFIX = re.compile(r"\s\d+$")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from common.errors import TooMuchWorkError
-from common.models import Message
+from acn.common.errors import TooMuchWorkError
+from acn.common.models import Message
 
 
 def message_chars(messages: list[Message]) -> int:

@@ -7,11 +7,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from common.errors import ProviderError
-from common.models import Decision, Segment
-from compaction.segments import Turn
-from compaction.state import WorkingState
-from providers.openai_chat import ChatClient
+from acn.common.errors import ProviderError
+from acn.common.models import Decision, Segment
+from acn.compaction.segments import Turn
+from acn.compaction.state import WorkingState
+from acn.providers.openai_chat import ChatClient
 
 SYSTEM_PROMPT = {
     "zh": "你是一个对话压缩器。只输出一个 JSON 对象，不要输出任何其他文字。",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from common.models import Decision, Segment
-from compaction.key_numbers import build_key_numbers, mark_earlier, union_pairs
-from compaction.render import finish_segment, segment_body
-from compaction.segments import segment_id
-from compaction.similarity import NearIndex, TopicIndex, dedupe_keep_latest, is_near_duplicate, topic_key
-from text.tokens import Tokenizer
+from acn.common.models import Decision, Segment
+from acn.compaction.key_numbers import build_key_numbers, mark_earlier, union_pairs
+from acn.compaction.render import finish_segment, segment_body
+from acn.compaction.segments import segment_id
+from acn.compaction.similarity import NearIndex, TopicIndex, dedupe_keep_latest, is_near_duplicate, topic_key
+from acn.text.tokens import Tokenizer
 
 
 def merge_segments(

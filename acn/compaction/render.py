@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from common.models import Decision, Segment
-from compaction.state import WorkingState
-from text.numbers import value_present
-from text.tokens import Tokenizer
+from acn.common.models import Decision, Segment
+from acn.compaction.state import WorkingState
+from acn.text.numbers import value_present
+from acn.text.tokens import Tokenizer
 
 LABELS = {
     "zh": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from text.pleasantries import is_pleasantry
+from acn.text.pleasantries import is_pleasantry
 
 GOAL, CONSTRAINT, DECISION, DONE, TODO, FACT = "goal", "constraint", "decision", "done", "todo", "fact"
 # A user request made after the goal is set: a to-do unless the same turn answers it.

@@ -6,8 +6,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from common.models import Message, Segment
-from text.sentences import split_sentences
+from acn.common.models import Message, Segment
+from acn.text.sentences import split_sentences
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
-from common.errors import BusyError, LlmBusyError
-from common.models import (
+from acn.common.errors import BusyError, LlmBusyError
+from acn.common.models import (
     Message,
     Namespace,
     NodeResponse,
@@ -18,16 +18,16 @@ from common.models import (
     StrictModel,
     parse_json_object_or_null,
 )
-from common.settings import Settings
-from compaction.engine import CompactionOutcome, compact_turns
-from compaction.limits import message_chars
-from compaction.render import render_working_summary
-from compaction.segments import Turn, group_turns, split_recent
-from memory.archive import archive_turns
-from providers.openai_chat import ChatClient, request_endpoint
-from services.deps import Deps
-from storage.sessions import SessionState
-from text.tokens import Tokenizer
+from acn.common.settings import Settings
+from acn.compaction.engine import CompactionOutcome, compact_turns
+from acn.compaction.limits import message_chars
+from acn.compaction.render import render_working_summary
+from acn.compaction.segments import Turn, group_turns, split_recent
+from acn.memory.archive import archive_turns
+from acn.providers.openai_chat import ChatClient, request_endpoint
+from acn.services.deps import Deps
+from acn.storage.sessions import SessionState
+from acn.text.tokens import Tokenizer
 
 
 class LlmOverrides(StrictModel):

@@ -12,8 +12,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 
-from text.events import topic_key as events_topic_key
-from text.similarity import can_reach, normalise, shingle_similarity, shingles
+from acn.text.events import topic_key as events_topic_key
+from acn.text.similarity import can_reach, normalise, shingle_similarity, shingles
 
 NEAR_DUPLICATE_THRESHOLD = 0.8
 MAX_TOPIC_CHARS = 24

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from common.models import Segment
-from compaction.similarity import coverage, dedupe_keep_latest, is_near_duplicate, numbers_of, same_topic
-from text.similarity import similarity
+from acn.common.models import Segment
+from acn.compaction.similarity import coverage, dedupe_keep_latest, is_near_duplicate, numbers_of, same_topic
+from acn.text.similarity import similarity
 
 # Words that announce the user is changing or dropping something said before.
 _CHANGE_MARKERS = re.compile(

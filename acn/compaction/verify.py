@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from common.models import Segment
-from compaction.key_numbers import add_key_number
-from compaction.render import segment_body
-from compaction.rules import changes_goal
-from compaction.state import changes_value, restates, supersedes, working_state
-from text.numbers import KeyNumber, extract_key_numbers, value_present
+from acn.common.models import Segment
+from acn.compaction.key_numbers import add_key_number
+from acn.compaction.render import segment_body
+from acn.compaction.rules import changes_goal
+from acn.compaction.state import changes_value, restates, supersedes, working_state
+from acn.text.numbers import KeyNumber, extract_key_numbers, value_present
 
 
 @dataclass

@@ -9,12 +9,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from common.models import Message, StrictModel, parse_json_object_or_null
-from text.numbers import extract_key_numbers, value_present
-from text.pii import find_pii, redact_json_text, redact_pii, redact_value
-from text.pleasantries import is_pleasantry
-from text.similarity import PrefixFilter, can_reach, shingle_similarity, shingles
-from text.tokens import Tokenizer
+from acn.common.models import Message, StrictModel, parse_json_object_or_null
+from acn.text.numbers import extract_key_numbers, value_present
+from acn.text.pii import find_pii, redact_json_text, redact_pii, redact_value
+from acn.text.pleasantries import is_pleasantry
+from acn.text.similarity import PrefixFilter, can_reach, shingle_similarity, shingles
+from acn.text.tokens import Tokenizer
 
 DEFAULT_PLACEHOLDER = "[tool result of {tool} cleared: {tokens} tokens]"
 EditAction = Literal["drop_pleasantry", "dedupe", "clear_tool_result", "shrink_tool_result", "redact_pii"]

@@ -1,5 +1,5 @@
 """A read-only context inspector at /ui: namespaces, session timeline, versions, memories, assemble preview."""
 
-from inspector.views import create_blueprint
+from acn.inspector.views import create_blueprint
 
 __all__ = ["create_blueprint"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from common.models import Message, Namespace, Segment
-from nodes.sessions import SessionStateRequest, SessionStateResponse, run_state
-from services.deps import Deps
+from acn.common.models import Message, Namespace, Segment
+from acn.nodes.sessions import SessionStateRequest, SessionStateResponse, run_state
+from acn.services.deps import Deps
 
 
 @dataclass(frozen=True)

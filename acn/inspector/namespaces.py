@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.runtime import Runtime
-from storage.base import Filter
-from storage.memory_rows import NO_TURN, tenant_filter
-from storage.sessions import HEAD
+from acn.app.runtime import Runtime
+from acn.storage.base import Filter
+from acn.storage.memory_rows import NO_TURN, tenant_filter
+from acn.storage.sessions import HEAD
 
 # Milvus caps one query window at 16,384 rows; the overview says so when a tenant has more.
 ROW_WINDOW = 16_384

@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from assembly.recall import readable
-from common.models import Memory, Namespace, Segment, meta_int
-from nodes.memory_admin import PAGE_LIMIT, MemoryListRequest, list_memories
-from nodes.sessions import (
+from acn.assembly.recall import readable
+from acn.common.models import Memory, Namespace, Segment, meta_int
+from acn.nodes.memory_admin import PAGE_LIMIT, MemoryListRequest, list_memories
+from acn.nodes.sessions import (
     SessionStateRequest,
     SessionStateResponse,
     SessionVersionsRequest,
     run_state,
     run_versions,
 )
-from services.deps import Deps
-from storage.sessions import VersionInfo
+from acn.services.deps import Deps
+from acn.storage.sessions import VersionInfo
 
 # list_memories refuses offsets beyond this; a session with more rows shows the first ones and says so.
 MAX_OFFSET = 15_000

@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 
 from flask import Request, g
 
-from common.auth import authenticate
-from common.errors import CsrfError, UnauthorizedError
-from common.settings import Settings
+from acn.common.auth import authenticate
+from acn.common.errors import CsrfError, UnauthorizedError
+from acn.common.settings import Settings
 
 SESSION_COOKIE = "acn_ui_session"
 LOGIN_COOKIE = "acn_ui_login"

@@ -17,16 +17,16 @@ import pydantic
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 from werkzeug.wrappers.response import Response as BaseResponse
 
-from app.json_body import read_json_body
-from app.responses import ok_response, validate
-from common.auth import authenticate
-from common.errors import NotFoundError, PackError, ValidationError
-from common.models import Namespace
-from inspector.diff import version_diff
-from inspector.i18n import HTML_LANG, KIND_LABELS, LABELS, pick_language
-from inspector.namespaces import overview
-from inspector.session_view import session_page
-from inspector.signin import (
+from acn.app.json_body import read_json_body
+from acn.app.responses import ok_response, validate
+from acn.common.auth import authenticate
+from acn.common.errors import NotFoundError, PackError, ValidationError
+from acn.common.models import Namespace
+from acn.inspector.diff import version_diff
+from acn.inspector.i18n import HTML_LANG, KIND_LABELS, LABELS, pick_language
+from acn.inspector.namespaces import overview
+from acn.inspector.session_view import session_page
+from acn.inspector.signin import (
     COOKIE_PATH,
     LOGIN_COOKIE,
     LOGIN_FORM_SECONDS,
@@ -37,7 +37,7 @@ from inspector.signin import (
     safe_next,
     same_origin,
 )
-from services.deps import Deps
+from acn.services.deps import Deps
 
 LANGUAGE_COOKIE = "acn_ui_lang"
 KINDS = list(KIND_LABELS["en"])

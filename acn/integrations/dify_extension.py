@@ -18,12 +18,12 @@ from typing import Any
 
 from flask import Flask, Response, g, jsonify
 
-from app.json_body import read_json_body
-from app.runtime import Runtime
-from common.errors import BadRequestError, ValidationError
-from common.models import IDENTIFIER_PATTERN, Scope
-from nodes.memory_retrieve import run as retrieve
-from retrieval.rank import MemoryRetrieveRequest, retrieval_query
+from acn.app.json_body import read_json_body
+from acn.app.runtime import Runtime
+from acn.common.errors import BadRequestError, ValidationError
+from acn.common.models import IDENTIFIER_PATTERN, Scope
+from acn.nodes.memory_retrieve import run as retrieve
+from acn.retrieval.rank import MemoryRetrieveRequest, retrieval_query
 
 ROUTE = "/v1/dify/extension"
 POINTS = ("ping", "app.external_data_tool.query")

@@ -1,4 +1,4 @@
-"""Build the Dify plugin package: `python -m integrations.package_dify [-o dist/x.difypkg]`.
+"""Build the Dify plugin package: `python -m acn.integrations.package_dify [-o dist/x.difypkg]`.
 
 A .difypkg is a zip of the plugin directory with manifest.yaml at its root and forward-slash paths, minus the
 .difyignore patterns — what `dify plugin package` writes (read from dify-plugin-daemon's packager; the Go CLI
@@ -14,8 +14,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from common.pack import PACK
-from integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT
+from acn.common.pack import PACK
+from acn.integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT
 
 # dify-plugin-daemon's default MAX_PLUGIN_PACKAGE_SIZE (uncompressed).
 MAX_BYTES = 52_428_800

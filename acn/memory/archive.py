@@ -7,9 +7,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from common.models import Memory, Message, Namespace
-from storage.memories import MemoryRepository
-from storage.memory_rows import new_memory_id
+from acn.common.models import Memory, Message, Namespace
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import new_memory_id
 
 log = logging.getLogger("acn.archive")
 

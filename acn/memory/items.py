@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from common.models import (
+from acn.common.models import (
     KEY_PATTERN,
     MemoryKind,
     MetaObject,

@@ -12,20 +12,20 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import ConflictError
-from common.models import (
+from acn.common.errors import ConflictError
+from acn.common.models import (
     Memory,
     MemoryKind,
     Namespace,
 )
-from memory.items import SUPERSEDING_KINDS, MemoryItem
-from storage.base import Filter
-from storage.memories import MemoryRepository
-from storage.memory_rows import kinds_filter, live_filter, scope_filter
-from storage.read_cache import Stamp
-from text.byte_cache import TEXT_CACHE, items_bytes
-from text.numbers import key_values
-from text.similarity import LONG_TEXT_CHARS, normalise
+from acn.memory.items import SUPERSEDING_KINDS, MemoryItem
+from acn.storage.base import Filter
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import kinds_filter, live_filter, scope_filter
+from acn.storage.read_cache import Stamp
+from acn.text.byte_cache import TEXT_CACHE, items_bytes
+from acn.text.numbers import key_values
+from acn.text.similarity import LONG_TEXT_CHARS, normalise
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from common.errors import ValidationError
-from common.models import (
+from acn.common.errors import ValidationError
+from acn.common.models import (
     Memory,
     MemoryKind,
     Message,
     Namespace,
 )
-from memory.items import DEFAULT_IMPORTANCE, MAX_CONTENT_CHARS, SUPERSEDING_KINDS, Action, MemoryItem, WriteResult
-from memory.pool import Known, Pool, numbers_conflict
-from storage.memories import MemoryRepository
-from storage.memory_rows import new_memory_id
-from text.events import extract_events
-from text.similarity import normalise
+from acn.memory.items import DEFAULT_IMPORTANCE, MAX_CONTENT_CHARS, SUPERSEDING_KINDS, Action, MemoryItem, WriteResult
+from acn.memory.pool import Known, Pool, numbers_conflict
+from acn.storage.memories import MemoryRepository
+from acn.storage.memory_rows import new_memory_id
+from acn.text.events import extract_events
+from acn.text.similarity import normalise
 
 
 def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem],

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import importlib
 
-from nodes.spec import NodeSpec
+from acn.nodes.spec import NodeSpec
 
 # Order is the order of the manifest and the OpenAPI document.
 NODE_MODULES = (
-    "nodes.edit_context",
-    "nodes.compact",
-    "nodes.memory_write",
-    "nodes.memory_retrieve",
-    "nodes.assemble",
-    "nodes.record_turn",
-    "nodes.sessions",
+    "acn.nodes.edit_context",
+    "acn.nodes.compact",
+    "acn.nodes.memory_write",
+    "acn.nodes.memory_retrieve",
+    "acn.nodes.assemble",
+    "acn.nodes.record_turn",
+    "acn.nodes.sessions",
 )
 
 

@@ -8,15 +8,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
-from assembly.current import current_memories, current_segments, stale_values
-from assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept, text_layer_cost
-from assembly.layers import memory_items, note_items, segment_items, turn_items
-from assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
-from assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
-from common.errors import ValidationError
-from common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
-from common.models import (
+from acn.assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
+from acn.assembly.current import current_memories, current_segments, stale_values
+from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept, text_layer_cost
+from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
+from acn.assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
+from acn.assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
+from acn.common.errors import ValidationError
+from acn.common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
+from acn.common.models import (
     Memory,
     MemoryKind,
     Message,
@@ -27,12 +27,12 @@ from common.models import (
     parse_json_object_or_null,
     parse_json_string,
 )
-from nodes.spec import Description, NodeSpec
-from retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
-from services.deps import Deps
-from storage.sessions import SessionState
-from text.lang import Language, detect_language
-from text.numbers import value_present
+from acn.nodes.spec import Description, NodeSpec
+from acn.retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
+from acn.services.deps import Deps
+from acn.storage.sessions import SessionState
+from acn.text.lang import Language, detect_language
+from acn.text.numbers import value_present
 
 Mode = Literal["snapshot", "focused", "streaming", "auto"]
 # Planning-type inputs (a plan, a summary, next steps) need the whole working state in view, not a slice of it.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from common.models import MAX_VERSION, MessageList, Namespace
-from compaction.limits import check_work
-from compaction.session import CompactOptions, CompactResponse, check_llm_options, compact_state
-from nodes.spec import Description, NodeSpec
-from services.deps import Deps
-from storage.sessions import SessionState
+from acn.common.models import MAX_VERSION, MessageList, Namespace
+from acn.compaction.limits import check_work
+from acn.compaction.session import CompactOptions, CompactResponse, check_llm_options, compact_state
+from acn.nodes.spec import Description, NodeSpec
+from acn.services.deps import Deps
+from acn.storage.sessions import SessionState
 
 
 class CompactRequest(Namespace, CompactOptions):

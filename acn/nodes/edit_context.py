@@ -6,11 +6,11 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.models import Message, MessageList, NodeResponse, StrictModel, parse_json_object
-from editing.edit import Edit, EditRules, edit_messages
-from nodes.spec import Description, NodeSpec
-from services.deps import Deps
-from text.tokens import Tokenizer
+from acn.common.models import Message, MessageList, NodeResponse, StrictModel, parse_json_object
+from acn.editing.edit import Edit, EditRules, edit_messages
+from acn.nodes.spec import Description, NodeSpec
+from acn.services.deps import Deps
+from acn.text.tokens import Tokenizer
 
 
 class EditContextRequest(StrictModel):

@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.errors import IdTakenError, NotFoundError, ValidationError
-from common.models import (
+from acn.common.errors import IdTakenError, NotFoundError, ValidationError
+from acn.common.models import (
     IDENTIFIER_PATTERN,
     INT64_MAX,
     KEY_PATTERN,
@@ -24,10 +24,10 @@ from common.models import (
     TurnNumber,
     parse_json_string,
 )
-from memory.items import MAX_CONTENT_CHARS
-from services.deps import Deps
-from storage.base import Filter
-from storage.memory_rows import kinds_filter, live_filter, namespace_filter
+from acn.memory.items import MAX_CONTENT_CHARS
+from acn.services.deps import Deps
+from acn.storage.base import Filter
+from acn.storage.memory_rows import kinds_filter, live_filter, namespace_filter
 
 PAGE_LIMIT = 1000
 IMPORT_LIMIT = 1000

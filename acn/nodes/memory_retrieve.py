@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from common.models import NodeResponse
-from nodes.spec import Description, NodeSpec
-from retrieval.rank import MemoryRetrieveRequest, RetrievedMemory, cut, rank
-from retrieval.render import render_memories
-from services.deps import Deps
-from text.lang import detect_language
-from text.triggers import needs_memory
+from acn.common.models import NodeResponse
+from acn.nodes.spec import Description, NodeSpec
+from acn.retrieval.rank import MemoryRetrieveRequest, RetrievedMemory, cut, rank
+from acn.retrieval.render import render_memories
+from acn.services.deps import Deps
+from acn.text.lang import detect_language
+from acn.text.triggers import needs_memory
 
 
 class MemoryRetrieveResponse(NodeResponse):

@@ -6,18 +6,18 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.errors import ValidationError
-from common.models import (
+from acn.common.errors import ValidationError
+from acn.common.models import (
     MessageList,
     Namespace,
     NodeResponse,
     parse_json_string,
 )
-from memory.items import MemoryItem, WriteResult
-from memory.write import extracted_items, write_items
-from nodes.spec import Description, NodeSpec
-from services.deps import Deps
-from text.pii import redact_pii, redact_value
+from acn.memory.items import MemoryItem, WriteResult
+from acn.memory.write import extracted_items, write_items
+from acn.nodes.spec import Description, NodeSpec
+from acn.services.deps import Deps
+from acn.text.pii import redact_pii, redact_value
 
 
 class MemoryWriteRequest(Namespace):

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from common.errors import BusyError, ConflictError, ValidationError
-from common.models import (
+from acn.common.errors import BusyError, ConflictError, ValidationError
+from acn.common.models import (
     MAX_TURN,
     MAX_VERSION,
     Message,
@@ -17,16 +17,16 @@ from common.models import (
     StrictModel,
     parse_json_object,
 )
-from compaction.limits import check_work
-from compaction.segments import group_turns
-from compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
-from editing.edit import Edit, EditRules, edit_messages, redact_message
-from memory.archive import archive_new_turns, discard_archive
-from memory.items import MemoryItem, WriteResult
-from memory.write import extracted_items, write_items
-from nodes.spec import Description, NodeSpec
-from services.deps import Deps
-from storage.sessions import SessionState
+from acn.compaction.limits import check_work
+from acn.compaction.segments import group_turns
+from acn.compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
+from acn.editing.edit import Edit, EditRules, edit_messages, redact_message
+from acn.memory.archive import archive_new_turns, discard_archive
+from acn.memory.items import MemoryItem, WriteResult
+from acn.memory.write import extracted_items, write_items
+from acn.nodes.spec import Description, NodeSpec
+from acn.services.deps import Deps
+from acn.storage.sessions import SessionState
 
 
 class RecordTurnRequest(Namespace):

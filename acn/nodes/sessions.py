@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
-from compaction.render import render_working_summary
-from nodes.spec import Description, NodeSpec
-from services.deps import Deps
-from storage.base import Filter
-from storage.memory_rows import QUERY_WINDOW, live_filter, session_filter
-from storage.sessions import SessionState, VersionInfo
+from acn.common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
+from acn.compaction.render import render_working_summary
+from acn.nodes.spec import Description, NodeSpec
+from acn.services.deps import Deps
+from acn.storage.base import Filter
+from acn.storage.memory_rows import QUERY_WINDOW, live_filter, session_filter
+from acn.storage.sessions import SessionState, VersionInfo
 
 
 class SessionStateRequest(Namespace):

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from common.models import NodeResponse
-from services.deps import Deps
+from acn.common.models import NodeResponse
+from acn.services.deps import Deps
 
 
 @dataclass(frozen=True)

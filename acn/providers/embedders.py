@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from common.errors import ValidationError
-from text.model_cache import load_use_parts
+from acn.common.errors import ValidationError
+from acn.text.model_cache import load_use_parts
 
 
 class Embedder(ABC):
@@ -155,7 +155,7 @@ class E5Embedder(Embedder):
     no state between calls (every buffer is per call; the model is read-only, memory-mapped), and ctypes
     releases the GIL, so a query embeds on one core while the worker embeds passages on the other.
     Start-up: loading maps the model file (~20 ms); the first call pays page faults and thread set-up (~0.4 s),
-    which `warm` moves to start-up. Nothing derived is worth a model-cache entry (see text/model_cache.py).
+    which `warm` moves to start-up. Nothing derived is worth a model-cache entry (see acn/text/model_cache.py).
     """
 
     name: ClassVar[str] = "e5"

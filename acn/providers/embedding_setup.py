@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.settings import Settings
-from providers.embedders import E5Embedder, Embedder, load_embedder, use_e5
-from providers.openai_embeddings import OpenAIEmbedder
+from acn.common.settings import Settings
+from acn.providers.embedders import E5Embedder, Embedder, load_embedder, use_e5
+from acn.providers.openai_embeddings import OpenAIEmbedder
 
 
 def embedder_from_settings(settings: Settings, cache: Path | None = None) -> Embedder | None:

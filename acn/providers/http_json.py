@@ -15,8 +15,8 @@ from typing import Any
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
-from common.errors import ConfigurationError, LlmNotAllowedError, ProviderError, ProviderTimeoutError
-from providers.llm_guard import parse_url
+from acn.common.errors import ConfigurationError, LlmNotAllowedError, ProviderError, ProviderTimeoutError
+from acn.providers.llm_guard import parse_url
 
 log = logging.getLogger("acn.providers")
 MAX_BODY_BYTES = 32_000_000  # 64 texts × 3,072 dims as JSON floats is ~4 MB; a rerank answer is small

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from common.errors import ConfigurationError, LlmBusyError, LlmNotAllowedError
+from acn.common.errors import ConfigurationError, LlmBusyError, LlmNotAllowedError
 
 # A request-chosen endpoint never waits longer than this per attempt, whatever the request or the operator says.
 MAX_REQUEST_TIMEOUT_SECONDS = 60.0

@@ -13,16 +13,16 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ReadTimeoutError
 
-from common.errors import (
+from acn.common.errors import (
     LlmNotAllowedError,
     LlmOverrideNotAllowedError,
     ProviderError,
     ProviderTimeoutError,
     ValidationError,
 )
-from common.settings import Settings
-from providers.http_json import read_body
-from providers.llm_guard import (
+from acn.common.settings import Settings
+from acn.providers.http_json import read_body
+from acn.providers.llm_guard import (
     MAX_REQUEST_RETRIES,
     MAX_REQUEST_TIMEOUT_SECONDS,
     Target,

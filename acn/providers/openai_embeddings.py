@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from common.errors import ConfigurationError, PackError, ProviderError
-from common.settings import Settings
-from providers.embedders import Embedder
-from providers.http_json import JsonEndpoint
+from acn.common.errors import ConfigurationError, PackError, ProviderError
+from acn.common.settings import Settings
+from acn.providers.embedders import Embedder
+from acn.providers.http_json import JsonEndpoint
 
 
 class OpenAIEmbedder(Embedder):

@@ -12,9 +12,9 @@ import logging
 import math
 from typing import Any
 
-from common.errors import PackError, ProviderError
-from common.settings import Settings
-from providers.http_json import JsonEndpoint
+from acn.common.errors import PackError, ProviderError
+from acn.common.settings import Settings
+from acn.providers.http_json import JsonEndpoint
 
 log = logging.getLogger("acn.rerank")
 MAX_DOCUMENTS = 1000

@@ -11,14 +11,14 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BeforeValidator, Field
 
-from common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
-from services.deps import Deps
-from storage.base import Filter
-from storage.memory_rows import Scored, kinds_filter, live_filter, scope_filter
-from text.lang import Language
-from text.query import speaker_names
-from text.terms import content_term_set, content_terms, expand_query
-from text.tokens import Tokenizer
+from acn.common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
+from acn.services.deps import Deps
+from acn.storage.base import Filter
+from acn.storage.memory_rows import Scored, kinds_filter, live_filter, scope_filter
+from acn.text.lang import Language
+from acn.text.query import speaker_names
+from acn.text.terms import content_term_set, content_terms, expand_query
+from acn.text.tokens import Tokenizer
 
 # Relevance dominates; importance × recency breaks ties between similarly relevant memories.
 RELEVANCE_WEIGHT = 0.7

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.models import Memory
-from retrieval.rank import RetrievedMemory
-from text.dates import normalise_date
+from acn.common.models import Memory
+from acn.retrieval.rank import RetrievedMemory
+from acn.text.dates import normalise_date
 
 KIND_LABELS_ZH = {
     "identity": "身份", "preference": "偏好", "constraint": "约束", "decision": "决策", "fact": "事实",

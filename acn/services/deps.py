@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.errors import ValidationError
-from common.settings import Settings
-from providers.llm_guard import LlmGate
-from providers.openai_chat import ChatClient
-from providers.rerank import Reranker
-from services.slots import WorkSlots
-from storage.base import MemoryStore
-from storage.memories import MemoryRepository
-from storage.sessions import SessionRepository
-from text.tokens import Tokenizer
+from acn.common.errors import ValidationError
+from acn.common.settings import Settings
+from acn.providers.llm_guard import LlmGate
+from acn.providers.openai_chat import ChatClient
+from acn.providers.rerank import Reranker
+from acn.services.slots import WorkSlots
+from acn.storage.base import MemoryStore
+from acn.storage.memories import MemoryRepository
+from acn.storage.sessions import SessionRepository
+from acn.text.tokens import Tokenizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Encryption at rest (session snapshots, memory rows), with a key kept apart from the store.
 
-`python -m storage.crypto` prints a new key.
+`python -m acn.storage.crypto` prints a new key.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from common.errors import PackError
+from acn.common.errors import PackError
 
 MARKER = "enc:v1:"
 

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from text.terms import bm25_tokens
+from acn.text.terms import bm25_tokens
 
 log = logging.getLogger("acn.store")
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from common.models import Memory
-from storage.base import Filter, Record
-from storage.predicate import predicate
-from text.terms import bm25_tokens
+from acn.common.models import Memory
+from acn.storage.base import Filter, Record
+from acn.storage.predicate import predicate
+from acn.text.terms import bm25_tokens
 
 K1 = 1.2
 B = 0.75

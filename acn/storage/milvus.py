@@ -15,18 +15,18 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 from pymilvus.client import entity_helper
 from pymilvus.exceptions import MilvusException
 
-from common.errors import StoreUnavailableError
-from storage.allocator import trim_free_memory
-from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
-from storage.column_insert import ColumnInsert
-from storage.read_priority import READS
+from acn.common.errors import StoreUnavailableError
+from acn.storage.allocator import trim_free_memory
+from acn.storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from acn.storage.column_insert import ColumnInsert
+from acn.storage.read_priority import READS
 
 log = logging.getLogger("acn.store")
 
 # The portable jieba analyzer: same ranking on Lite 3 and the C++ engine ({"type": "chinese"} is
 # rejected by Lite 3). See STORAGE.md.
 ANALYZER = {"tokenizer": "jieba", "filter": ["lowercase", "cnalphanumonly"]}
-# Text that is already tokens (storage/sealed.py writes lower-case base32 hashes separated by spaces). Milvus's
+# Text that is already tokens (acn/storage/sealed.py writes lower-case base32 hashes separated by spaces). Milvus's
 # "whitespace" tokenizer would say it best, but Lite 3.2.2 knows only "standard" and "jieba"; "standard" splits
 # on non-word characters, and a token of [a-z2-7] is one word on both engines.
 ANALYZERS = {"jieba": ANALYZER, "hashed": {"tokenizer": "standard"}}
@@ -256,7 +256,7 @@ class MilvusStore(MemoryStore):
             self._write(collection, len(records), lambda c: self._insert(c, collection, records))
 
     def _insert(self, client: MilvusClient, collection: str, records: list[Record]) -> None:
-        """Insert by columns where that builds the same request (Lite: storage/column_insert.py), else by rows."""
+        """Insert by columns where that builds the same request (Lite: acn/storage/column_insert.py), else by rows."""
         if not self.is_server and collection not in self._columns:
             self._columns[collection] = ColumnInsert.of(client, collection)
         columns = self._columns.get(collection)
@@ -483,7 +483,7 @@ class MilvusStore(MemoryStore):
     def _read(self, operation: Callable[[MilvusClient], T]) -> T:
         if self._flush_gate is None:
             return self._call(operation)
-        # Lite runs in this process: a background read waits for requests' reads (storage/read_priority.py).
+        # Lite runs in this process: a background read waits for requests' reads (acn/storage/read_priority.py).
         with READS.reading(), self._flush_gate.shared():
             return self._call(operation)
 

@@ -26,11 +26,11 @@ import re
 from functools import lru_cache
 from typing import Any, ClassVar, NoReturn
 
-from common.errors import PackError
-from storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
-from storage.crypto import EncryptionKeyError, SnapshotCipher, derive_key
-from storage.predicate import UnsupportedFilter, filter_tokens
-from text.terms import bm25_tokens
+from acn.common.errors import PackError
+from acn.storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from acn.storage.crypto import EncryptionKeyError, SnapshotCipher, derive_key
+from acn.storage.predicate import UnsupportedFilter, filter_tokens
+from acn.text.terms import bm25_tokens
 
 HASH_BYTES = 5  # 40 bits
 HASH_CHARS = 8  # base32 of 5 bytes, no padding

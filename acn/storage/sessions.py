@@ -15,12 +15,12 @@ from typing import Any
 
 from pydantic import Field
 
-from common.errors import ConflictError, LeaseLostError, NotFoundError
-from common.models import Message, Namespace, Segment, StrictModel
-from storage.base import CollectionSpec, Filter, MemoryStore
-from storage.coordination import Lease, RedisCoordinator
-from storage.crypto import SnapshotCipher
-from text.pii import redact_value
+from acn.common.errors import ConflictError, LeaseLostError, NotFoundError
+from acn.common.models import Message, Namespace, Segment, StrictModel
+from acn.storage.base import CollectionSpec, Filter, MemoryStore
+from acn.storage.coordination import Lease, RedisCoordinator
+from acn.storage.crypto import SnapshotCipher
+from acn.text.pii import redact_value
 
 SESSION_FIELDS = {
     "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "row": "varchar",

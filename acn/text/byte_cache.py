@@ -1,7 +1,7 @@
 """One least-recently-used cache, bounded by bytes, for the text functions that remember their results.
 
-Retrieval, assembly and dedup fold, shingle and segment the same stored texts on every call, so text/similarity.py
-and text/terms.py keep what they computed. Bounded by entries (functools.lru_cache), those caches held whatever
+Retrieval, assembly and dedup fold, shingle and segment the same stored texts on every call, so acn/text/similarity.py
+and acn/text/terms.py keep what they computed. Bounded by entries (functools.lru_cache), those caches held whatever
 their texts weighed: 32,768 folded texts of up to 2,000 characters, 256 shingle sets of texts up to 100k characters
 (megabytes each), outside every budget. Here they share one budget in bytes (ACN_TEXT_CACHE_MB, set by the runtime
 at start-up), counted as sys.getsizeof of the key text, the value and the value's items (strings a value shares
@@ -26,7 +26,7 @@ DEFAULT_BYTES = 32 << 20  # ACN_TEXT_CACHE_MB's default, until the runtime sets 
 # the ordered dict's slot and link (measured with tracemalloc: ~219 bytes).
 ENTRY_BYTES = 220
 # A string passed to sys.intern has a slot in the interpreter's interned table while it lives (~40 bytes with the
-# table's spare room): counted for the character bigrams of text/similarity.py, which are interned.
+# table's spare room): counted for the character bigrams of acn/text/similarity.py, which are interned.
 INTERNED_SLOT_BYTES = 40
 # A value above this share of the budget would push out many others to be used maybe once: it is not kept.
 MAX_SHARE = 1 / 16
@@ -135,5 +135,5 @@ class Cached(Protocol[T_co]):
         """Whether the result for text is kept now."""
 
 
-# The one cache of text/similarity.py and text/terms.py; the runtime sets its budget from ACN_TEXT_CACHE_MB.
+# The one cache of acn/text/similarity.py and acn/text/terms.py; the runtime sets its budget from ACN_TEXT_CACHE_MB.
 TEXT_CACHE = ByteLRU()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from text.numbers import extract_key_numbers
-from text.pleasantries import is_pleasantry
-from text.sentences import split_sentences
+from acn.text.numbers import extract_key_numbers
+from acn.text.pleasantries import is_pleasantry
+from acn.text.sentences import split_sentences
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from text.similarity import normalise
+from acn.text.similarity import normalise
 
 # "What did I say …" asks for the user's own words, "what did you say …" for the assistant's.
 _FIRST_PERSON = re.compile(r"我(?:之前|以前|上次|刚才|刚刚)?(?:说|提|讲|问|告诉)|"

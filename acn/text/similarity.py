@@ -10,13 +10,13 @@ import unicodedata
 from bisect import bisect_right
 from collections.abc import Iterator
 
-from text.byte_cache import TEXT_CACHE, interned_items_bytes, text_bytes
+from acn.text.byte_cache import TEXT_CACHE, interned_items_bytes, text_bytes
 
 _NOISE = re.compile(r"[\W_]+", re.UNICODE)
 
 
 # Assembly folds the same stored memories on every call: what folding and shingling made is kept in the text
-# cache (text/byte_cache.py: ACN_TEXT_CACHE_MB in all, least recently used out first); texts longer than
+# cache (acn/text/byte_cache.py: ACN_TEXT_CACHE_MB in all, least recently used out first); texts longer than
 # LONG_TEXT_CHARS are not kept at all.
 LONG_TEXT_CHARS = 100_000
 

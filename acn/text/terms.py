@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from text.byte_cache import TEXT_CACHE, items_bytes, text_bytes
+from acn.text.byte_cache import TEXT_CACHE, items_bytes, text_bytes
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9'_-]*")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -107,7 +107,7 @@ def bm25_tokens(text: str) -> tuple[str, ...]:
 
     Measured on Milvus Lite 3.2.2 with storage.milvus.ANALYZER: punctuation tokens ("-", "#", "'") are kept
     and a query's repeated tokens count once each time they occur; only whitespace is dropped. The in-process
-    index (storage/local_index.py) ranks with these tokens, so it must keep in step with that analyzer.
+    index (acn/storage/local_index.py) ranks with these tokens, so it must keep in step with that analyzer.
     """
     return _bm25_tokens_cached(text) if len(text) <= CACHED_TOKENS_CHARS else _bm25_tokens(text)
 

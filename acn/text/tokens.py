@@ -11,7 +11,7 @@ from typing import Any
 
 import tiktoken
 
-from text.model_cache import load_offline_cl100k
+from acn.text.model_cache import load_offline_cl100k
 
 # Per-message overhead of the OpenAI chat format (role and separators), as in OpenAI's cookbook.
 MESSAGE_OVERHEAD_TOKENS = 4

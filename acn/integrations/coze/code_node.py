@@ -6,7 +6,7 @@
 # Coze runs `main` with `args.params` holding the inputs; `Args` and `Output` are defined by the runner.
 # Runners differ: coze-studio's "direct" runner has httpx but, since its import restrictions
 # (GHSA-pfc8-gmgc-5pwq), blocks the ssl/socket/http modules every HTTP client needs; where a code node cannot
-# reach the network, import integrations/coze/openapi.yaml as a plugin and use its tools instead.
+# reach the network, import acn/integrations/coze/openapi.yaml as a plugin and use its tools instead.
 import json
 
 import httpx
