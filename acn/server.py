@@ -38,6 +38,7 @@ from acn.app.openapi import build_admin_openapi, build_manifest, build_openapi
 from acn.app.proxies import TrustedProxyFix, parse_trusted_proxies
 from acn.app.responses import error_response, ok_response, validate
 from acn.app.runtime import Runtime
+from acn.app.statuses import http_status, retry_after
 from acn.common.auth import authenticate, parse_api_keys
 from acn.common.errors import PackError, UnauthorizedError, UnknownNodeError
 from acn.common.logs import configure_logging
@@ -150,9 +151,9 @@ def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy) -> No
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(PackError)
     def _pack_error(error: PackError) -> Response:
-        response = error_response(error.status, error.code, error.message, error.errors)
-        if error.status == 503:
-            response.headers["Retry-After"] = "5"
+        response = error_response(http_status(error), error.code, error.message, error.errors)
+        if (seconds := retry_after(error)) is not None:
+            response.headers["Retry-After"] = str(seconds)
         return response
 
     @app.errorhandler(HTTPException)

@@ -60,7 +60,7 @@ def test_jieba_is_imported_without_pkg_resources_and_segments_alike() -> None:
     # by path, and what it reads (the HMM tables used for words missing from the dictionary) is the same.
     text = "周杰伦昨天在上海开了演唱会，票务系统崩了"
     probe = f"import jieba.finalseg as f; print(json.dumps(list(f.cut({text!r}))))"
-    ours = run_python(f"import json, sys\nfrom app.runtime import import_jieba\nimport_jieba()\n{probe}\n"
+    ours = run_python(f"import json, sys\nfrom acn.app.runtime import import_jieba\nimport_jieba()\n{probe}\n"
                       "print('pkg_resources' in sys.modules)").splitlines()
     theirs = run_python(f"import json\nimport jieba\n{probe}").splitlines()
     assert ours[1] == "False", "pkg_resources was imported"
@@ -116,9 +116,9 @@ def test_the_gunicorn_worker_imports_the_server_with_the_collector_off_and_freez
     code = """
 import gc, runpy, sys
 hooks = runpy.run_path("deploy/gunicorn.conf.py")
-assert "server" not in sys.modules
+assert "acn.server" not in sys.modules
 hooks["post_fork"](None, None)
-print("server" in sys.modules, gc.isenabled(), gc.get_freeze_count())
+print("acn.server" in sys.modules, gc.isenabled(), gc.get_freeze_count())
 """
     imported, enabled, frozen = run_python(code).split()
     assert (imported, enabled) == ("True", "True")

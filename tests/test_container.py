@@ -97,9 +97,9 @@ def test_the_build_context_holds_everything_the_image_installs_and_runs() -> Non
     compiled = rules()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     needed = ["pyproject.toml", "README.md", "server.py", "deploy/gunicorn.conf.py", "deploy/Dockerfile"]
-    for package in project["tool"]["setuptools"]["packages"]:
-        folder = ROOT / package.replace(".", "/")
-        needed += [str(p.relative_to(ROOT)) for p in folder.iterdir() if p.is_file() and p.suffix != ".pyc"]
+    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["acn", "acn.*"]
+    needed += [str(p.relative_to(ROOT)) for p in (ROOT / "acn").rglob("*")
+               if p.is_file() and p.suffix != ".pyc" and "__pycache__" not in p.parts]
     missing = [path for path in needed if excluded(path, compiled)]
     assert missing == []
 
@@ -143,6 +143,6 @@ def test_one_name_reaches_the_server_from_dify_end_to_end() -> None:
         text = dsl.read_text(encoding="utf-8")
         if "ACN_BASE_URL" in text:
             assert f"value: http://{name}:8000" in text, dsl.name
-    provider = (ROOT / "integrations" / "dify_plugin" / "provider" / "agent_context_nodes.yaml").read_text(
+    provider = (ROOT / "acn" / "integrations" / "dify_plugin" / "provider" / "agent_context_nodes.yaml").read_text(
         encoding="utf-8")
     assert f"http://{name}:8000" in provider

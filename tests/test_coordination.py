@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from acn.app.statuses import http_status
 from acn.common.errors import CoordinationUnavailableError, LeaseLostError, SessionBusyError
 from acn.common.settings import Settings
 from acn.storage.coordination import RedisCoordinator, open_coordinator
@@ -69,7 +70,7 @@ def test_a_holder_past_its_lease_is_refused_at_commit(redis: RedisServer) -> Non
             fast.check(fresh)
         with pytest.raises(LeaseLostError) as refused:
             slow.check(stale)
-        assert refused.value.code == "lease_lost" and refused.value.status == 409
+        assert refused.value.code == "lease_lost" and http_status(refused.value) == 409
 
 
 def test_the_lease_is_renewed_while_held(redis: RedisServer) -> None:
@@ -100,7 +101,7 @@ def test_redis_down_is_503_and_recovers_without_a_new_client(tmp_path_factory: p
         with pytest.raises(CoordinationUnavailableError) as down:
             with owner.hold("s-down"):
                 pass
-        assert down.value.status == 503 and down.value.code == "coordination_unavailable"
+        assert http_status(down.value) == 503 and down.value.code == "coordination_unavailable"
         server.start()  # same port, empty: the fencing counter restarts from Redis's clock
         with owner.hold("s-down") as lease:
             owner.check(lease)

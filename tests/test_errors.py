@@ -153,3 +153,62 @@ def test_turn_numbers_cannot_run_past_the_limit(client: FlaskClient, ns: dict[st
     assert first.status_code == 200 and first.get_json()["turn"] == 10**9
     assert_error(post(client, "record_turn", {**ns, "messages": [{"role": "user", "content": "y"}]}), 422)
     assert post(client, "session_rollback", {**ns, "version": 1}).status_code == 200  # every version reads back
+
+
+# The error contract every client relies on, as it stood before errors lost their HTTP statuses: each stable code
+# and the status it is answered with. A new error class must be added here (and so be chosen on purpose).
+CONTRACT = {
+    "internal_error": 500, "bad_request": 400, "unauthorized": 401, "forbidden": 403, "csrf_token_invalid": 403,
+    "origin_not_allowed": 403, "not_found": 404, "unknown_node": 404, "version_conflict": 409, "lease_lost": 409,
+    "id_taken": 409, "payload_too_large": 413, "unsupported_media_type": 415, "host_not_allowed": 421,
+    "validation_error": 422, "duplicate_key": 422, "too_much_work": 422, "invalid_configuration": 500,
+    "store_not_configured": 500, "provider_error": 502, "retry_later": 503, "store_unavailable": 503,
+    "coordination_unavailable": 503, "session_busy": 503, "busy": 503, "llm_busy": 503, "provider_timeout": 504,
+    "llm_url_not_allowed": 403, "llm_override_not_allowed": 403, "encryption_key_error": 500,
+    "sealed_field_filter": 500,
+}
+
+
+def _pack_errors() -> list[type]:
+    import importlib
+    import pkgutil
+
+    import acn
+    from acn.common.errors import PackError
+
+    for module in pkgutil.walk_packages(acn.__path__, "acn."):
+        if ".integrations.dify_plugin" not in module.name and ".integrations.coze" not in module.name:
+            importlib.import_module(module.name)
+    found, todo = [], [PackError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return [cls for cls in found if cls.__module__.startswith("acn.")]
+
+
+def test_every_error_code_keeps_its_status_and_only_the_edge_knows_it() -> None:
+    """Errors below the app layer carry a code and no status; acn/app/statuses.py maps each to the contract."""
+    from acn.app.statuses import http_status, retry_after
+
+    errors = _pack_errors()
+    assert len(errors) >= len(CONTRACT)
+    with_status = [cls.__qualname__ for cls in errors if any("status" in vars(c) for c in cls.__mro__[:-1])]
+    assert with_status == []
+    answered = {cls.code: http_status(cls("x")) for cls in errors}
+    assert answered == CONTRACT
+    assert {code for cls in errors if retry_after(cls("x")) for code in [cls.code]} == {
+        code for code, status in CONTRACT.items() if status == 503}
+
+
+def test_a_node_without_a_store_is_the_wiring_s_fault_not_the_request_s() -> None:
+    from acn.app.statuses import http_status
+    from acn.common.errors import StoreNotConfiguredError
+    from acn.common.settings import Settings
+    from acn.services.deps import Deps
+    from acn.text.tokens import load_tokenizer
+
+    deps = Deps(settings=Settings(), tokenizer=load_tokenizer())
+    with pytest.raises(StoreNotConfiguredError) as refused:
+        deps.memories  # noqa: B018 - the property is what raises
+    assert refused.value.code == "store_not_configured" and http_status(refused.value) == 500

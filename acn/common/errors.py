@@ -1,4 +1,9 @@
-"""One error hierarchy; each class carries its HTTP status and a stable code."""
+"""One error hierarchy of the domain: each class carries a stable code and no transport.
+
+What an error means to HTTP (its status, Retry-After) is decided once, at the app edge (acn/app/statuses.py), by
+the family a class belongs to: a pipeline, the store or a provider says *what* went wrong, never which status to
+send, so a new caller (a CLI, the Dify plugin, a worker) reads the same errors without HTTP in them.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ from __future__ import annotations
 class PackError(Exception):
     """Base of every error the pack raises on purpose."""
 
-    status = 500
     code = "internal_error"
 
     def __init__(self, message: str, errors: list[str] | None = None) -> None:
@@ -16,31 +20,32 @@ class PackError(Exception):
 
 
 class BadRequestError(PackError):
-    status = 400
     code = "bad_request"
 
 
 class UnauthorizedError(PackError):
-    status = 401
     code = "unauthorized"
 
 
-class CsrfError(PackError):
+class ForbiddenError(PackError):
+    """The caller is known but this request is not allowed (a browser page, an LLM endpoint, a missing token)."""
+
+    code = "forbidden"
+
+
+class CsrfError(ForbiddenError):
     """A /ui action without the page's CSRF token: another site may have sent it."""
 
-    status = 403
     code = "csrf_token_invalid"
 
 
-class ForbiddenOriginError(PackError):
+class ForbiddenOriginError(ForbiddenError):
     """A browser request from a page this server does not trust (cross-site write, CSRF)."""
 
-    status = 403
     code = "origin_not_allowed"
 
 
 class NotFoundError(PackError):
-    status = 404
     code = "not_found"
 
 
@@ -49,7 +54,6 @@ class UnknownNodeError(NotFoundError):
 
 
 class ConflictError(PackError):
-    status = 409
     code = "version_conflict"
 
 
@@ -66,24 +70,20 @@ class IdTakenError(ConflictError):
 
 
 class PayloadTooLargeError(PackError):
-    status = 413
     code = "payload_too_large"
 
 
 class UnsupportedMediaError(PackError):
-    status = 415
     code = "unsupported_media_type"
 
 
 class MisdirectedHostError(PackError):
     """A Host header this server does not answer for (DNS rebinding)."""
 
-    status = 421
     code = "host_not_allowed"
 
 
 class ValidationError(PackError):
-    status = 422
     code = "validation_error"
 
 
@@ -102,50 +102,49 @@ class TooMuchWorkError(ValidationError):
 class ConfigurationError(PackError):
     """A setting (an ACN_* variable) the server cannot start with."""
 
-    status = 500
     code = "invalid_configuration"
 
 
 class ProviderError(PackError):
-    status = 502
     code = "provider_error"
 
 
-class StoreUnavailableError(PackError):
-    status = 503
+class RetryLaterError(PackError):
+    """Nothing is wrong with the request: something it needs is down or busy now, and the same call may succeed
+    in a few seconds (the edge sends Retry-After)."""
+
+    code = "retry_later"
+
+
+class StoreUnavailableError(RetryLaterError):
     code = "store_unavailable"
 
 
-class CoordinationUnavailableError(PackError):
+class CoordinationUnavailableError(RetryLaterError):
     """Redis (ACN_REDIS_URL) cannot be reached: no session lease, so no write (503 with Retry-After)."""
 
-    status = 503
     code = "coordination_unavailable"
 
 
-class SessionBusyError(PackError):
+class SessionBusyError(RetryLaterError):
     """Another request held the session's lease for longer than ACN_REDIS_LOCK_WAIT_SECONDS."""
 
-    status = 503
     code = "session_busy"
 
 
-class BusyError(PackError):
+class BusyError(RetryLaterError):
     """Every slot for CPU-heavy work is taken and none came free in time; the server sends Retry-After."""
 
-    status = 503
     code = "busy"
 
 
 class ProviderTimeoutError(PackError):
-    status = 504
     code = "provider_timeout"
 
 
-class LlmNotAllowedError(PackError):
+class LlmNotAllowedError(ForbiddenError):
     """A request asked for an LLM endpoint or override the operator does not allow."""
 
-    status = 403
     code = "llm_url_not_allowed"
 
 
@@ -153,8 +152,13 @@ class LlmOverrideNotAllowedError(LlmNotAllowedError):
     code = "llm_override_not_allowed"
 
 
-class LlmBusyError(PackError):
+class LlmBusyError(RetryLaterError):
     """Every outbound LLM slot is taken (ACN_LLM_MAX_CONCURRENT); the server answers 503 with Retry-After."""
 
-    status = 503
     code = "llm_busy"
+
+
+class StoreNotConfiguredError(ConfigurationError):
+    """A node that reads or writes memories ran without a store: the wiring's fault, not the request's."""
+
+    code = "store_not_configured"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acn.common.errors import ValidationError
+from acn.common.errors import StoreNotConfiguredError
 from acn.common.settings import Settings
 from acn.providers.llm_guard import LlmGate
 from acn.providers.openai_chat import ChatClient
@@ -38,14 +38,14 @@ class Deps:
 
     @property
     def memories(self) -> MemoryRepository:
-        """The memory repository; ValidationError when no store is configured."""
+        """The memory repository; StoreNotConfiguredError when none was wired in."""
         if self.memory_repository is None:
-            raise ValidationError("no memory store is configured")
+            raise StoreNotConfiguredError("no memory store is configured")
         return self.memory_repository
 
     @property
     def sessions(self) -> SessionRepository:
-        """The session repository; ValidationError when no store is configured."""
+        """The session repository; StoreNotConfiguredError when none was wired in."""
         if self.session_repository is None:
-            raise ValidationError("no session store is configured")
+            raise StoreNotConfiguredError("no session store is configured")
         return self.session_repository

@@ -18,7 +18,6 @@ MARKER = "enc:v1:"
 
 
 class EncryptionKeyError(PackError):
-    status = 500
     code = "encryption_key_error"
 
 

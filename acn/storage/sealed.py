@@ -47,7 +47,6 @@ _SEALED_NAME = re.compile(r"\b(?:content|key|doc|sealed)\b")
 class SealedFilterError(PackError):
     """A filter reads a field the store only holds encrypted (a bug in the caller, not bad input)."""
 
-    status = 500
     code = "sealed_field_filter"
 
 
