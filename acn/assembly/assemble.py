@@ -1,0 +1,375 @@
+"""The assemble pipeline: layered context under a hard token budget, in snapshot / focused / streaming / auto modes.
+
+acn/nodes/assemble.py is the node over it (NODE and a thin run), as acn/compaction/session.py is compact's.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+
+from acn.assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
+from acn.assembly.current import current_memories, current_segments, stale_values
+from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept, text_layer_cost
+from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
+from acn.assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
+from acn.assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
+from acn.common.errors import ValidationError
+from acn.common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
+from acn.common.models import (
+    Memory,
+    MemoryKind,
+    Message,
+    MessageList,
+    Namespace,
+    NodeResponse,
+    StrictModel,
+    parse_json_object_or_null,
+    parse_json_string,
+)
+from acn.retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
+from acn.services.deps import Deps
+from acn.storage.sessions import SessionState
+from acn.text.lang import Language, detect_language
+from acn.text.numbers import value_present
+
+Mode = Literal["snapshot", "focused", "streaming", "auto"]
+# Planning-type inputs (a plan, a summary, next steps) need the whole working state in view, not a slice of it.
+_PLANNING = re.compile(r"计划|规划|方案|步骤|总结|回顾|进度|整体|全部|接下来|下一步|目标|清单|"
+                       r"\b(plan|steps|summary|summari[sz]e|overall|progress|next steps?|status|recap|overview)\b",
+                       re.IGNORECASE)
+LAYERS = ("system", "memory", "working", "history", "user_input")
+log = logging.getLogger("acn.assemble")
+
+
+class AssembleRequest(Namespace):
+    """Build the context for one model call."""
+
+    max_tokens: int = Field(default=4000, ge=16, le=2_000_000, description="Hard budget for the whole context.")
+    system_prompt: str = Field(default="", max_length=200_000, description="Identity / system layer; never dropped.")
+    user_input: str = Field(default="", max_length=200_000, description="The new user message; never dropped.")
+    messages: MessageList | None = Field(default=None, max_length=5000,
+                                         description="Recent turns; default: the session buffer.")
+    working_summary: str | None = Field(default=None, max_length=200_000,
+                                        description="Working state text; default: the session's segments.")
+    memories: Annotated[list[str] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Memory lines to inject instead of retrieving.")
+    knowledge: Annotated[list[str] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, description="Knowledge snippets (FAQ, rules) for the memory layer.")
+    mode: Mode = Field(default="auto", description="snapshot | focused | streaming | auto.")
+    budget: Annotated[BudgetRatios | None, BeforeValidator(parse_json_object_or_null)] = Field(
+        default=None, description="Layer ratios; default 15/50/25/10 (a JSON string works too).")
+    phase: Literal["requirement", "execution", "closing"] | None = Field(
+        default=None, description="Phase preset for the ratios (overrides budget).")
+    top_k: int = Field(default=5, ge=0, le=50, description="Memories retrieved for the input (focused mode).")
+    archive_top_k: int | None = Field(
+        default=None, ge=0, le=50,
+        description="Archived raw messages retrieved verbatim for the input (focused mode); default: as many "
+                    "as the memory layer's budget holds, up to 50.")
+    language: Language | None = Field(default=None, description="Language of tags; default: the input's.")
+    probes: Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], BeforeValidator(parse_json_string)] = (
+        Field(default_factory=list, max_length=50,
+              description="Amnesia probes: facts this session must still carry (e.g. an order number); the "
+                          "response says which the assembled context contains."))
+
+
+class Dropped(StrictModel):
+    layer: str
+    id: str
+    kind: str
+    reason: str
+    tokens: int
+
+
+class Source(StrictModel):
+    id: str
+    kind: str
+    layer: str
+    turn_range: list[int] | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Tokens(StrictModel):
+    total: int
+    budget: int
+    by_layer: dict[str, int]
+
+
+class AssembleResponse(NodeResponse):
+    mode: str = Field(description="The mode used (auto resolves to snapshot or focused).")
+    messages: list[Message]
+    system_text: str = Field(description="System prompt, memory and working state in one string.")
+    memory_text: str
+    working_text: str
+    history_text: str
+    prompt: str = Field(description="Everything as one string, for nodes that take a single prompt.")
+    tokens: Tokens
+    dropped: list[Dropped]
+    sources: list[Source]
+    probes: dict[str, bool] = Field(default_factory=dict, description="Each probe: is it in the context?")
+
+
+def assemble(request: AssembleRequest, deps: Deps) -> AssembleResponse:
+    """Assemble the layers in order: identity, memory, working state, recent turns, user input."""
+    tokenizer = deps.tokenizer
+    language = request.language or detect_language(request.user_input or request.system_prompt)
+    mode = resolve_mode(request.mode, request.user_input)
+    state = session_state(request, deps)
+    history = request.messages if request.messages is not None else state.buffer
+    system_messages = fixed_system(request, history)
+    user = [Message(role="user", content=request.user_input)] if request.user_input else []
+    fixed = sum(tokenizer.count_message(m) for m in [*system_messages, *user])
+    if fixed > request.max_tokens:
+        raise ValidationError(f"system prompt and user input alone need {fixed} tokens; max_tokens is "
+                              f"{request.max_tokens}", [f"max_tokens: at least {fixed} needed"])
+    stale = stale_values(deps.memories, deps.tenant, request)
+    budget = ratios(request, mode)
+    history_share = layer_shares(request.max_tokens - fixed, budget)["history"]
+    candidates, withheld = layer_candidates(request, deps, state, history, mode, language, stale, history_share)
+    fitted = without_repeats(fit_layers(candidates, request.max_tokens - fixed, budget, deps), deps)
+    return build_response(request, mode, system_messages, user, fitted, withheld, deps)
+
+
+def resolve_mode(mode: Mode, user_input: str) -> str:
+    """Return the concrete mode: auto is snapshot for planning-type inputs, focused otherwise."""
+    if mode != "auto":
+        return mode
+    return "snapshot" if _PLANNING.search(user_input) else "focused"
+
+
+def ratios(request: AssembleRequest, mode: str) -> BudgetRatios:
+    """Return the layer ratios: phase preset, explicit budget, or the mode's defaults."""
+    if request.phase:
+        return PHASES[request.phase]
+    return request.budget or MODE_DEFAULTS.get(mode, BudgetRatios())
+
+
+def session_state(request: AssembleRequest, deps: Deps) -> SessionState:
+    """Return the session's latest state when the request does not bring its own history and summary."""
+    if request.messages is not None and request.working_summary is not None:
+        return SessionState()
+    sessions = deps.sessions
+    return sessions.head(deps.tenant, request)
+
+
+def fixed_system(request: AssembleRequest, history: list[Message]) -> list[Message]:
+    """Return the identity layer: the system prompt plus any system messages found in the history."""
+    texts = [request.system_prompt] + [m.content for m in history if m.role == "system"]
+    text = "\n\n".join(t for t in texts if t.strip())
+    return [Message(role="system", content=text)] if text else []
+
+
+def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, history: list[Message],
+                     mode: str, language: str, stale: set[str],
+                     history_share: int) -> tuple[dict[str, list[Item]], list[Dropped]]:
+    """Return each layer's candidate items in priority order, and what is withheld as superseded.
+
+    Archived messages of the turns the history layer surely shows (those that fit its own share) are not
+    memory candidates; older turns of a long buffer are, since the history layer may not reach them.
+    """
+    working: list[Item]
+    if request.working_summary is not None:
+        text = request.working_summary.strip()
+        working = [Item(key="working_summary", variants=[text], order=(0,),
+                        source={"id": "working_summary", "kind": "summary", "layer": "working"})] if text else []
+    else:
+        working = segment_items(current_segments(state.segments, stale, language), request.user_input, language,
+                                brief_only=mode == "streaming")
+    recent = turn_items(history)
+    shown = {item.source["turn_range"][0] for item in surely_kept(recent, history_share, deps.tokenizer)
+             if item.source}
+    found = [m for m in memory_candidates(request, deps, mode, history, shown)
+             if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown)]
+    found, unreadable = readable_candidates(found)
+    served, stale_memories = current_memories(found, stale)
+    memory = memory_items(served, language) if request.memories is None else note_items(request.memories, language,
+                                                                                          kind="memory")
+    memory += note_items(request.knowledge or [], language, kind="knowledge")
+    withheld = [Dropped(layer="memory", id=m.id, kind=m.kind, reason="states a value superseded later",
+                        tokens=deps.tokenizer.count(m.content)) for m in stale_memories]
+    return {"memory": memory, "working": working, "history": recent}, unreadable + withheld
+
+
+def readable_candidates(found: list[Memory]) -> tuple[list[Memory], list[Dropped]]:
+    """Split stored candidates into those the layer can show and those it cannot read (listed in `dropped`).
+
+    A row whose reserved meta is not what the server wrote (see common.models.RESERVED_INT_META) is skipped,
+    logged and counted, never a 500 for the whole session.
+    """
+    kept, unreadable = [], []
+    for memory in found:
+        why = unreadable_reason(memory)
+        if why is None:
+            kept.append(memory)
+            continue
+        log.warning("assemble skips stored row %s: %s", memory.id, why)
+        unreadable.append(Dropped(layer="memory", id=memory.id, kind=memory.kind,
+                                  reason=f"{UNREADABLE_ROW}: {why}", tokens=0))
+    return kept, unreadable
+
+
+def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: list[Message],
+                      shown: set[int]) -> list[Memory]:
+    """Return stored memories for the layer: standing state (snapshot), or retrieval for the input (focused)."""
+    if request.memories is not None or mode == "streaming":
+        return []
+    found: list[Memory] = []
+    if mode == "snapshot":
+        found += standing_memories(request, deps)
+        if request.user_input.strip() and request.top_k:
+            found += retrieve(request, deps, kinds=None, top_k=request.top_k)
+    elif request.user_input.strip():
+        # Who the user is and what is in force, within its share, whatever the question matches (focused too).
+        standing = as_messages(standing_memories(request, deps, FOCUSED_KINDS), request, deps)
+        found += within_share(standing, int(request.max_tokens * STANDING_SHARE), deps.tokenizer)
+        pool = turn_pool(request.max_tokens) if request.archive_top_k is None else request.archive_top_k
+        found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
+                                  history=history, shown_turns=shown, floor=relative_floor(request.max_tokens))
+    return list({m.id: m for m in found}.values())
+
+
+def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | None, top_k: int) -> list[Memory]:
+    """Return memories ranked for the user input (scored exactly as memory_retrieve does)."""
+    query = MemoryRetrieveRequest(agent_id=request.agent_id, session_id=request.session_id,
+                                  user_id=request.user_id, query=retrieval_query(request.user_input), kinds=kinds,
+                                  top_k=top_k)
+    return [r.memory for r in rank(query, deps)[:top_k]]
+
+
+def fit_layers(candidates: dict[str, list[Item]], available: int, budget: BudgetRatios,
+               deps: Deps) -> dict[str, Fitted]:
+    """Fit each layer into its share; unused budget flows to the layers that want more, by their ratios."""
+    shares = layer_shares(available, budget)
+    fitted = {layer: fit(layer, candidates[layer], shares[layer], deps) for layer in FLOW_ORDER}
+    spare = available - sum(f.tokens for f in fitted.values())
+    wanting = [layer for layer in FLOW_ORDER if fitted[layer].dropped]
+    if spare > 0 and wanting:
+        extra = layer_shares(spare, budget)
+        weights = {layer: extra[layer] for layer in wanting}
+        total = sum(weights.values()) or 1
+        for layer in wanting:
+            fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare * weights[layer] // total, deps)
+    for layer in FLOW_ORDER:  # whatever is still left (rounding, items that did not fit) goes in order
+        spare = available - sum(f.tokens for f in fitted.values())
+        if spare > 0 and fitted[layer].dropped:
+            fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare, deps)
+    return fitted
+
+
+def without_repeats(fitted: dict[str, Fitted], deps: Deps) -> dict[str, Fitted]:
+    """Drop archived messages from the memory layer when the history layer ended up showing their turn."""
+    in_history = {item.source["turn_range"][0] for item in fitted["history"].items if item.source}
+    memory = fitted["memory"]
+    kept = [item for item in memory.items
+            if not (item.source and item.source.get("kind") == "turn" and item.source.get("turn_range")
+                    and item.source["turn_range"][0] in in_history)]
+    if len(kept) == len(memory.items):
+        return fitted
+    tokens = text_layer_cost(layer_lines(kept), deps.tokenizer)
+    return {**fitted, "memory": Fitted(kept, memory.dropped, tokens)}
+
+
+def fit(layer: str, items: list[Item], budget: int, deps: Deps) -> Fitted:
+    """Fit one layer: history by whole turns, the others line by line."""
+    if layer == "history":
+        return fit_message_items(items, budget, deps.tokenizer)
+    return fit_text_items(items, budget, deps.tokenizer)
+
+
+def build_response(request: AssembleRequest, mode: str, system_messages: list[Message], user: list[Message],
+                   fitted: dict[str, Fitted], withheld: list[Dropped], deps: Deps) -> AssembleResponse:
+    """Render the layers into messages and strings, and count what each costs."""
+    memory_text = "\n".join(layer_lines(fitted["memory"].items))
+    working_lines = [item.chosen for item in fitted["working"].items]
+    working_text = "\n".join(working_lines)
+    history, repaired = paired_tool_messages([m for item in fitted["history"].items for m in item.messages], deps)
+    layer_messages = {
+        "system": system_messages,
+        "memory": [Message(role="system", content=memory_text)] if memory_text else [],
+        "working": [Message(role="system", content=working_text)] if working_text else [],
+        "history": history,
+        "user_input": user,
+    }
+    messages = [m for layer in LAYERS for m in layer_messages[layer]]
+    by_layer = {layer: sum(deps.tokenizer.count_message(m) for m in layer_messages[layer]) for layer in LAYERS}
+    system_text = "\n\n".join(t for t in (system_messages[0].content if system_messages else "", memory_text,
+                                          working_text) if t)
+    history_text = "\n".join(f"{m.role}: {m.content}" for m in history if m.content)
+    prompt = "\n\n".join(t for t in (system_text, history_text, f"user: {request.user_input}"
+                                     if request.user_input else "") if t)
+    return AssembleResponse(
+        mode=mode, messages=[strip_meta(m) for m in messages], system_text=system_text, memory_text=memory_text,
+        working_text=working_text, history_text=history_text, prompt=prompt,
+        tokens=Tokens(total=sum(by_layer.values()), budget=request.max_tokens, by_layer=by_layer),
+        dropped=withheld + dropped_list(fitted) + repaired, sources=sources_list(fitted),
+        probes={fact: value_present(fact, prompt) for fact in request.probes},
+    )
+
+
+def paired_tool_messages(messages: list[Message], deps: Deps) -> tuple[list[Message], list[Dropped]]:
+    """Return the history as a valid chat message list, and what was removed to make it one (for `dropped`).
+
+    OpenAI-style APIs reject a `tool` message that does not answer a call of the assistant message right before
+    its run of tool messages, and an assistant `tool_calls` entry left unanswered. A session can hold both (a
+    tool message recorded without its call, a result dropped by an edit rule): the orphan tool message is left
+    out, the unanswered call is taken off its assistant message (the message goes too when nothing else is left).
+    """
+    kept: list[Message] = []
+    dropped: list[Dropped] = []
+    open_calls: set[str] = set()  # ids the current run of tool messages may still answer
+    for index, message in enumerate(messages):
+        turn = f"turn-{message.turn}" if message.turn is not None else f"message-{index}"
+        if message.role == "tool":
+            if message.tool_call_id is not None and message.tool_call_id in open_calls:
+                open_calls.discard(message.tool_call_id)
+                kept.append(message)
+            else:
+                dropped.append(Dropped(layer="history", id=turn, kind="tool", reason=ORPHAN_TOOL_MESSAGE,
+                                       tokens=deps.tokenizer.count_message(message)))
+            continue
+        open_calls = set()
+        if message.role == "assistant" and message.tool_calls:
+            answered = answered_ids(messages, index)
+            calls = [c for c in message.tool_calls if isinstance(c.get("id"), str) and c["id"] in answered]
+            for _call in range(len(message.tool_calls) - len(calls)):
+                dropped.append(Dropped(layer="history", id=turn, kind="tool_call", reason=UNANSWERED_TOOL_CALL,
+                                       tokens=0))
+            open_calls = {c["id"] for c in calls}
+            if len(calls) != len(message.tool_calls):
+                message = message.model_copy(update={"tool_calls": calls or None})
+            if not calls and not message.content:
+                continue  # a tool-call message with no call left says nothing
+        kept.append(message)
+    return kept, dropped
+
+
+def answered_ids(messages: list[Message], index: int) -> set[str]:
+    """Return the tool_call_ids answered by the run of tool messages right after messages[index]."""
+    ids: set[str] = set()
+    for message in messages[index + 1:]:
+        if message.role != "tool":
+            break
+        if message.tool_call_id is not None:
+            ids.add(message.tool_call_id)
+    return ids
+
+
+def strip_meta(message: Message) -> Message:
+    """Return the message as an LLM takes it (provenance lives in `sources`)."""
+    return message.model_copy(update={"meta": {}})
+
+
+def dropped_list(fitted: dict[str, Fitted]) -> list[Dropped]:
+    """Return every candidate that did not fit, with the reason."""
+    return [Dropped(layer=layer, id=item.key, kind=(item.source or {}).get("kind", layer),
+                    reason="over the layer's token budget", tokens=tokens)
+            for layer, result in fitted.items() for item, tokens in result.dropped]
+
+
+def sources_list(fitted: dict[str, Fitted]) -> list[Source]:
+    """Return the provenance of everything that made it in."""
+    return [Source(**item.source) for layer in ("memory", "working", "history")
+            for item in fitted[layer].items if item.source]
