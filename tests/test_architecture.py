@@ -148,3 +148,47 @@ def test_architecture_document_places_every_package() -> None:
     missing = [package for package in RANK
                if f"`acn/{package}/`" not in document and f"`acn/{package}.py`" not in document]
     assert missing == [], f"docs/ARCHITECTURE.md does not place {missing}"
+
+
+# The store's expression language is storage's own (issue 30): above storage, a read is a named query of
+# acn/storage/memory_queries.py or a repository method, never a Filter or a filter builder.
+STORE_EXPRESSIONS = {"acn.storage.base.Filter", "acn.storage.memory_rows.id_range", "acn.storage.memory_rows.EMBEDDED"}
+PRIMITIVE_READS = {"find", "page", "count", "query_all", "search"}
+
+
+def store_expressions_used(module: str) -> list[str]:
+    """What `module` takes of the store's query language: Filter, a *_filter builder, a primitive repository read
+    (memories.find(...), ...) or a raw store query."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("acn.storage"):
+            found += [f"import {node.module}.{a.name}" for a in node.names
+                      if f"{node.module}.{a.name}" in STORE_EXPRESSIONS or a.name.endswith("_filter")]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = ast.unparse(node.func.value)
+            if node.func.attr in PRIMITIVE_READS and receiver.endswith(("memories", "memory_repository")):
+                found.append(f"{receiver}.{node.func.attr}(...)")
+            if node.func.attr in {"query", "search_text", "search_dense"} and receiver.endswith(".store"):
+                found.append(f"{receiver}.{node.func.attr}(...)")
+    return found
+
+
+def test_store_expressions_stay_inside_storage() -> None:
+    leaks = [f"{module}: {use}" for module in modules() if top(module) != "storage"
+             for use in store_expressions_used(module)]
+    assert leaks == [], "write a named query in acn/storage/memory_queries.py instead:\n" + "\n".join(leaks)
+
+
+def test_the_store_expression_rule_sees_a_leak(tmp_path: Path) -> None:
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text("from acn.storage.base import Filter\nfrom acn.storage.memory_rows import scope_filter\n"
+                     "def f(deps, ns):\n    return deps.memories.find('t', Filter('valid_to > 0'), limit=1)\n"
+                     "def g(runtime):\n    return runtime.memories.store.query('c', None, fields=[], limit=1)\n")
+    modules()["acn.nodes.leaky"] = leaky
+    try:
+        assert store_expressions_used("acn.nodes.leaky") == [
+            "import acn.storage.base.Filter", "import acn.storage.memory_rows.scope_filter",
+            "deps.memories.find(...)", "runtime.memories.store.query(...)"]
+    finally:
+        del modules()["acn.nodes.leaky"]

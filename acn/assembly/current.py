@@ -16,9 +16,7 @@ from acn.common.models import Memory, Namespace, Segment
 from acn.compaction.key_numbers import EARLIER_SUFFIX
 from acn.compaction.render import render_segment
 from acn.compaction.state import working_state
-from acn.storage.base import Filter
 from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import scope_filter
 from acn.text.numbers import extract_key_numbers, value_present
 
 _EARLIER = tuple(EARLIER_SUFFIX.values())
@@ -26,19 +24,17 @@ _EARLIER = tuple(EARLIER_SUFFIX.values())
 
 def stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) -> set[str]:
     """Return values that superseded memories stated and their successors no longer do."""
-    where = scope_filter(namespace).and_(Filter("valid_to > 0"))
     # Only a supersede, an update or a delete changes this: the repository remembers it until one happens.
-    key = ("stale_values", tenant, where.cache_key())
-    return memories.view(key, lambda: _stale_values(memories, tenant, namespace, where))
+    key = ("stale_values", memories.superseded_key(tenant, namespace))
+    return memories.view(key, lambda: _stale_values(memories, tenant, namespace))
 
 
-def _stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace, where: Filter) -> set[str]:
-    old = memories.find(tenant, where, limit=500, within=namespace)
+def _stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) -> set[str]:
+    old = memories.superseded_in(tenant, namespace, limit=500)
     if not old:
         return set()
     successors = {m.superseded_by for m in old if m.superseded_by}
-    live = {m.id: m for m in memories.find(tenant, Filter("id in {succ}", {"succ": sorted(successors)}), limit=500,
-                                           within=namespace)}
+    live = {m.id: m for m in memories.within_by_ids(tenant, namespace, sorted(successors), limit=500)}
     stale: set[str] = set()
     for memory in old:
         successor = live.get(memory.superseded_by or "")

@@ -10,7 +10,6 @@ from __future__ import annotations
 from acn.assembly.recall import readable
 from acn.common.models import Memory, Namespace
 from acn.services.deps import Deps
-from acn.storage.memory_rows import kinds_filter, live_filter, scope_filter
 from acn.text.similarity import normalise
 from acn.text.tokens import Tokenizer
 
@@ -27,8 +26,7 @@ STANDING_LIMIT = 200
 def standing_memories(namespace: Namespace, deps: Deps, kinds: list[str] | None = None) -> list[Memory]:
     """Return the memories of these kinds (default STANDING_KINDS) in force, most important (then newest) first."""
     wanted = kinds or STANDING_KINDS
-    where = scope_filter(namespace).and_(live_filter(False)).and_(kinds_filter(wanted, exclude_turns=False))
-    found = deps.memories.find(deps.tenant, where, limit=STANDING_LIMIT, within=namespace)
+    found = deps.memories.standing(deps.tenant, namespace, wanted, limit=STANDING_LIMIT)
     return sorted(found, key=lambda m: (-m.importance, -m.updated_at))
 
 

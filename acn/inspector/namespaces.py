@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from acn.app.runtime import Runtime
-from acn.storage.base import Filter
-from acn.storage.memory_rows import NO_TURN, tenant_filter
-from acn.storage.sessions import HEAD
+from acn.storage.memory_rows import NO_TURN
 
 # Milvus caps one query window at 16,384 rows; the overview says so when a tenant has more.
 ROW_WINDOW = 16_384
@@ -46,12 +44,9 @@ class Overview:
 
 def overview(runtime: Runtime, tenant: str, query: str = "") -> Overview:
     """Return the tenant's agents and sessions (optionally only those whose ids contain `query`)."""
-    rows = runtime.memories.store.query(
-        runtime.memories.spec.name, tenant_filter(tenant),
-        fields=["agent_id", "session_id", "kind", "updated_at", "turn_to"], limit=ROW_WINDOW)
-    heads = runtime.sessions.store.query(
-        runtime.sessions.spec.name, Filter("tenant == {ht} and row == {hr}", {"ht": tenant, "hr": HEAD}),
-        fields=["agent_id", "session_id", "version", "created_at"], limit=ROW_WINDOW)
+    rows = runtime.memories.tenant_rows(tenant, ["agent_id", "session_id", "kind", "updated_at", "turn_to"],
+                                        limit=ROW_WINDOW)
+    heads = runtime.sessions.heads_of(tenant, limit=ROW_WINDOW)
     sessions: dict[tuple[str, str], SessionSummary] = {}
     for row in rows:
         summary = _summary(sessions, row)

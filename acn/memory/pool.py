@@ -19,9 +19,8 @@ from acn.common.models import (
     Namespace,
 )
 from acn.memory.items import SUPERSEDING_KINDS, MemoryItem
-from acn.storage.base import Filter
 from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import kinds_filter, live_filter, scope_filter
+from acn.storage.memory_queries import scope_key
 from acn.storage.read_cache import Stamp
 from acn.text.byte_cache import TEXT_CACHE, items_bytes
 from acn.text.numbers import key_values
@@ -439,24 +438,24 @@ class Pool:
     def load(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem]) -> Pool:
         scopes = sorted({item.scope for item in items})
         kinds = sorted({item.kind for item in items})
-        live = scope_filter(namespace, scopes).and_(live_filter(False))
         if not items:
             return cls(memories, tenant, [], namespace)
         if "turn" not in kinds and memories.cache is None:
-            return cls.load_shared(memories, tenant, namespace, scope_filter(namespace, scopes))
+            return cls.load_shared(memories, tenant, namespace, scopes)
         if "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
-            key = ("dedup pool", tenant, namespace.agent_id, live.cache_key())
+            key = ("dedup pool", tenant, namespace.agent_id, scope_key(namespace, scopes))
             parked = memories.unpark(tenant, namespace.agent_id, key)
             if isinstance(parked, Pool):
                 return parked
             stamp = memories.stamp(tenant, namespace.agent_id)
-            rows = memories.query_all(tenant, live.and_(kinds_filter(None, exclude_turns=True)), KNOWN_FIELDS)
+            rows = memories.known_rows(tenant, namespace, scopes, KNOWN_FIELDS)
             return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
-        rows = memories.query_all(tenant, live.and_(kinds_filter(kinds, exclude_turns=False)), KNOWN_FIELDS)
+        rows = memories.known_rows(tenant, namespace, scopes, KNOWN_FIELDS, kinds=kinds)
         return cls(memories, tenant, [known(row) for row in rows], namespace)
 
     @classmethod
-    def load_shared(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, scopes: Filter) -> Pool:
+    def load_shared(cls, memories: MemoryRepository, tenant: str, namespace: Namespace,
+                    scopes: Sequence[str]) -> Pool:
         """Return the pool of a store other processes write too (a server): this process's last pool of the
         namespace brought up to date, else a new one.
 
@@ -465,20 +464,20 @@ class Pool:
         changed rows go in, closed ones out. A row deleted by another process cannot be seen that way, so every
         memory the pool answers with is confirmed in the store first (`verified`); one that is gone leaves it.
         """
-        key = ("shared dedup pool", tenant, namespace.agent_id, scopes.cache_key())
+        key = ("shared dedup pool", tenant, namespace.agent_id, scope_key(namespace, scopes))
         read_at = int(time.time() * 1000)
         cached = memories.take_shared(key)
-        everything = scopes.and_(kinds_filter(None, exclude_turns=True))
         if isinstance(cached, Pool) and cached.watermark is not None:
-            since = Filter("updated_at >= {pool_since}", {"pool_since": cached.watermark})
-            for row in memories.query_all(tenant, everything.and_(since), [*KNOWN_FIELDS, "valid_to"]):
+            changed = memories.known_rows(tenant, namespace, scopes, [*KNOWN_FIELDS, "valid_to"], live=False,
+                                          updated_since=cached.watermark)
+            for row in changed:
                 if row["valid_to"]:
                     cached.index.remove(row["id"])
                 else:
                     cached.index.add(known(row))
             pool = cached
         else:
-            rows = memories.query_all(tenant, everything.and_(live_filter(False)), KNOWN_FIELDS)
+            rows = memories.known_rows(tenant, namespace, scopes, KNOWN_FIELDS)
             pool = cls(memories, tenant, [known(row) for row in rows], namespace, key)
         pool.watermark = read_at - WRITE_LAG_MS
         pool.verify = True

@@ -26,8 +26,6 @@ from acn.common.models import (
 )
 from acn.memory.items import MAX_CONTENT_CHARS
 from acn.services.deps import Deps
-from acn.storage.base import Filter
-from acn.storage.memory_rows import kinds_filter, live_filter, namespace_filter
 
 PAGE_LIMIT = 1000
 IMPORT_LIMIT = 1000
@@ -119,11 +117,9 @@ class MemoryImportResponse(NodeResponse):
 
 def list_memories(request: MemoryListRequest, deps: Deps) -> MemoryListResponse:
     """Return one page of a namespace's memories, oldest first."""
-    where = namespace_filter(deps.tenant, request.agent_id, request.session_id, request.user_id)
-    where = where.and_(live_filter(request.include_superseded)).and_(kinds_filter(request.kinds, exclude_turns=False))
-    if request.scope:
-        where = where.and_(Filter("scope == {scope}", {"scope": request.scope}))
-    page = deps.memories.page(deps.tenant, where, limit=request.limit + 1, offset=request.offset)
+    page = deps.memories.listing(deps.tenant, request.agent_id, request.session_id, request.user_id,
+                                 include_superseded=request.include_superseded, kinds=request.kinds,
+                                 scope=request.scope, limit=request.limit + 1, offset=request.offset)
     more = len(page) > request.limit
     return MemoryListResponse(memories=page[: request.limit], limit=request.limit, offset=request.offset,
                               next_offset=request.offset + request.limit if more else None)
@@ -155,8 +151,7 @@ def valid_id(memory_id: str) -> bool:
 def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteResponse:
     """Delete every memory of a namespace and, unless narrowed to a user, its session state."""
     memories = deps.memories
-    where = namespace_filter(deps.tenant, request.agent_id, request.session_id, request.user_id)
-    count = memories.count(deps.tenant, where)
+    count = memories.count_in(deps.tenant, request.agent_id, request.session_id, request.user_id)
     memories.delete_namespace(deps.tenant, request.agent_id, request.session_id, request.user_id)
     if not request.user_id:  # sessions belong to agent + session; a user-narrowed delete leaves them
         deps.sessions.delete(deps.tenant, request.agent_id, request.session_id)
@@ -178,7 +173,7 @@ def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportRes
     if memories.taken_elsewhere(deps.tenant, ids):
         raise IdTakenError("memories: some ids are already used by rows this key cannot see; export them again "
                             "from this tenant, or drop the id field to write the lines as new items")
-    existing = {m.id: m for m in memories.page(deps.tenant, Filter("id in {ids}", {"ids": ids}), limit=len(ids))}
+    existing = {m.id: m for m in memories.get_many(deps.tenant, ids)}
     created = [row for row in rows if row.id not in existing]
     changed = [row for row in rows if row.id in existing and existing[row.id] != row]
     if created or changed:

@@ -8,8 +8,7 @@ from acn.common.models import MAX_VERSION, Message, Namespace, NodeResponse, Seg
 from acn.compaction.render import render_working_summary
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
-from acn.storage.base import Filter
-from acn.storage.memory_rows import QUERY_WINDOW, live_filter, session_filter
+from acn.storage.memory_rows import QUERY_WINDOW
 from acn.storage.sessions import SessionState, VersionInfo
 
 
@@ -86,17 +85,14 @@ def retire_rolled_back_turns(deps: Deps, namespace: Namespace, last_turn: int, v
     memories = deps.memory_repository
     if memories is None:
         return 0
-    where = (session_filter(deps.tenant, namespace).and_(live_filter(False))
-             .and_(Filter('scope == "session" and turn_from > {rb}', {"rb": last_turn})))
-    rows = memories.find(deps.tenant, where, limit=QUERY_WINDOW, within=namespace)
+    rows = memories.rolled_back_after(deps.tenant, namespace, last_turn, limit=QUERY_WINDOW)
     if not rows:
         return 0
     now = memories.now_ms(deps.tenant, namespace)
     retired = [row.model_copy(update={"valid_to": now, "meta": {**row.meta, "rolled_back": version}}) for row in rows]
     # What a retired memory superseded is current again (a decision changed in an undone turn stands as it was).
     ids = {row.id for row in rows}
-    closed = memories.find(deps.tenant, Filter("superseded_by in {rids}", {"rids": sorted(ids)}), limit=QUERY_WINDOW,
-                           within=namespace)
+    closed = memories.closed_by(deps.tenant, namespace, sorted(ids), limit=QUERY_WINDOW)
     reopened = [m.model_copy(update={"valid_to": None, "superseded_by": None, "updated_at": now})
                 for m in closed if m.id not in ids]
     memories.save(deps.tenant, [*retired, *reopened])

@@ -13,8 +13,7 @@ from pydantic import BeforeValidator, Field
 
 from acn.common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
 from acn.services.deps import Deps
-from acn.storage.base import Filter
-from acn.storage.memory_rows import Scored, kinds_filter, live_filter, scope_filter
+from acn.storage.memory_rows import Scored
 from acn.text.lang import Language
 from acn.text.query import speaker_names
 from acn.text.terms import content_term_set, content_terms, expand_query
@@ -117,16 +116,15 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
     """Return scored memories, best first, above min_score; `pool` candidates per search list; `dense_weight`:
     how much the dense list counts in the fusion (default DENSE_WEIGHT)."""
     memories = deps.memories
-    where = (scope_filter(request, request.scopes).and_(live_filter(request.include_superseded))
-             .and_(kinds_filter(request.kinds, exclude_turns=True)))
     if request.key:
-        found = memories.find(deps.tenant, where.and_(Filter("key == {lookup}", {"lookup": request.key})), limit=100,
-                              within=request)
+        found = memories.by_key(deps.tenant, request, request.key, scopes=request.scopes,
+                                include_superseded=request.include_superseded, kinds=request.kinds, limit=100)
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
         pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
-        candidates = memories.search(deps.tenant, request.query, where, limit=pool, within=request, distinct=distinct,
-                                     text_query=expand_query(lexical_query(request.query)))
+        candidates = memories.search_readable(
+            deps.tenant, request, request.query, scopes=request.scopes, include_superseded=request.include_superseded,
+            kinds=request.kinds, limit=pool, distinct=distinct, text_query=expand_query(lexical_query(request.query)))
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours

@@ -16,6 +16,7 @@ from acn.common.models import Memory, Namespace
 from acn.providers.embedders import Embedder
 from acn.storage.base import Filter, Hit, MemoryStore, Record
 from acn.storage.local_index import DISTINCT_FETCH, LocalIndex
+from acn.storage.memory_queries import MemoryQueries
 from acn.storage.memory_rows import (
     EMBEDDED,
     EMBEDDED_FIELD,
@@ -44,8 +45,11 @@ SHARED_KEPT = 64  # dedup pools kept against a server (MemoryRepository.keep_sha
 log = logging.getLogger("acn.store")
 
 
-class MemoryRepository:
-    """Read and write memories of one tenant's namespaces; scopes decide who sees what."""
+class MemoryRepository(MemoryQueries):
+    """Read and write memories of one tenant's namespaces; scopes decide who sees what.
+
+    The named reads the pipelines use (standing, by_key, rolled_back_after, ...) are MemoryQueries'; the
+    primitives they stand on (find, page, count, query_all, search) are here."""
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
                  index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
@@ -377,6 +381,10 @@ class MemoryRepository:
         rows = self.store.query(self.spec.name, Filter("id in {pk_ids}", {"pk_ids": sorted(set(ids))}),
                                 fields=["id", "tenant"], limit=len(set(ids)))  # by primary key: see rows_by_id
         return sorted(str(row["id"]) for row in rows if row["tenant"] != tenant)
+
+    def tenant_rows(self, tenant: str, fields: list[str], *, limit: int) -> list[Record]:
+        """Return up to `limit` rows (these fields) of a whole tenant, for the inspector's overview."""
+        return self.store.query(self.spec.name, tenant_filter(tenant), fields=fields, limit=limit)
 
     def count(self, tenant: str, where: Filter) -> int:
         """Return how many memories match a filter (up to the store's window)."""

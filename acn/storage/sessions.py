@@ -17,7 +17,7 @@ from pydantic import Field
 
 from acn.common.errors import ConflictError, LeaseLostError, NotFoundError
 from acn.common.models import Message, Namespace, Segment, StrictModel
-from acn.storage.base import CollectionSpec, Filter, MemoryStore
+from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
 from acn.storage.coordination import Lease, RedisCoordinator
 from acn.storage.crypto import SnapshotCipher
 from acn.text.pii import redact_value
@@ -256,6 +256,11 @@ class SessionRepository:
     def _stored_version(self, tenant: str, namespace: Namespace) -> int:
         rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version"], limit=1)
         return int(rows[0]["version"]) if rows else 0
+
+    def heads_of(self, tenant: str, *, limit: int) -> list[Record]:
+        """Return up to `limit` session heads of a whole tenant (agent_id, session_id, version, created_at)."""
+        return self.store.query(self.spec.name, Filter("tenant == {ht} and row == {hr}", {"ht": tenant, "hr": HEAD}),
+                                fields=["agent_id", "session_id", "version", "created_at"], limit=limit)
 
     def versions(self, tenant: str, namespace: Namespace) -> list[VersionInfo]:
         """Return every kept version, oldest first."""

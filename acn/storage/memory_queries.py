@@ -1,0 +1,140 @@
+"""The questions the pipelines ask of the memory store, by name: what a namespace may read, what is in force,
+what a rollback undoes. The store's expression language stays inside storage/.
+
+Every caller above storage asks one of these (retrieval, assembly, the write path, the session and admin nodes,
+the inspector); none writes a filter. So a new question is a new method here, reviewed beside the encryption
+(acn/storage/sealed.py refuses filters on sealed fields) and the in-process evaluator
+(acn/storage/predicate.py) that must understand it, instead of a string in a node. The primitives below are what
+MemoryRepository implements over a MemoryStore (as langgraph's store derives its helpers from `batch`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
+
+from acn.common.models import Memory, Namespace
+from acn.storage.base import Filter, Record
+from acn.storage.memory_rows import (
+    Scored,
+    kinds_filter,
+    live_filter,
+    namespace_filter,
+    scope_filter,
+    session_filter,
+)
+
+
+def readable(namespace: Namespace, scopes: Sequence[str] | None = None, *, include_superseded: bool = False,
+             kinds: Sequence[str] | None = None, exclude_turns: bool = True) -> Filter:
+    """Return what a namespace may read in these scopes: live rows unless asked, archived turns unless named."""
+    return (scope_filter(namespace, scopes).and_(live_filter(include_superseded))
+            .and_(kinds_filter(kinds, exclude_turns=exclude_turns)))
+
+
+def scope_key(namespace: Namespace, scopes: Sequence[str] | None = None) -> Hashable:
+    """Return a hashable name of what `readable(namespace, scopes)` selects, for caches keyed by it."""
+    return scope_filter(namespace, scopes).cache_key()
+
+
+class MemoryQueries(ABC):
+    """Named reads over five primitives (find, page, count, query_all, search) that a repository implements."""
+
+    @abstractmethod
+    def find(self, tenant: str, where: Filter, *, limit: int, offset: int = 0,
+             within: Namespace | None = None) -> list[Memory]: ...
+
+    @abstractmethod
+    def page(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]: ...
+
+    @abstractmethod
+    def count(self, tenant: str, where: Filter) -> int: ...
+
+    @abstractmethod
+    def query_all(self, tenant: str, where: Filter, fields: list[str]) -> list[Record]: ...
+
+    @abstractmethod
+    def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
+               text_query: str | None = None, within: Namespace | None = None,
+               distinct: bool = False) -> list[Scored]: ...
+
+    # -- retrieval ---------------------------------------------------------------------------------------------
+
+    def search_readable(self, tenant: str, namespace: Namespace, query: str, *, scopes: Sequence[str] | None,
+                        include_superseded: bool, kinds: Sequence[str] | None, limit: int,
+                        text_query: str | None = None, distinct: bool = False) -> list[Scored]:
+        """Return BM25 (and dense) candidates among what the namespace may read (see `search`)."""
+        where = readable(namespace, scopes, include_superseded=include_superseded, kinds=kinds)
+        return self.search(tenant, query, where, limit=limit, within=namespace, distinct=distinct,
+                           text_query=text_query)
+
+    def by_key(self, tenant: str, namespace: Namespace, key: str, *, scopes: Sequence[str] | None,
+               include_superseded: bool, kinds: Sequence[str] | None, limit: int) -> list[Memory]:
+        """Return the readable memories written under this key (a memory_write `key`), oldest first."""
+        where = readable(namespace, scopes, include_superseded=include_superseded, kinds=kinds)
+        return self.find(tenant, where.and_(Filter("key == {lookup}", {"lookup": key})), limit=limit,
+                         within=namespace)
+
+    # -- what is in force --------------------------------------------------------------------------------------
+
+    def standing(self, tenant: str, namespace: Namespace, kinds: Sequence[str], *, limit: int) -> list[Memory]:
+        """Return the namespace's live memories of these kinds (archived turns too when named)."""
+        return self.find(tenant, readable(namespace, kinds=kinds, exclude_turns=False), limit=limit,
+                         within=namespace)
+
+    def superseded_in(self, tenant: str, namespace: Namespace, *, limit: int) -> list[Memory]:
+        """Return the namespace's closed memories (superseded, updated away or rolled back), oldest first."""
+        return self.find(tenant, scope_filter(namespace).and_(Filter("valid_to > 0")), limit=limit,
+                         within=namespace)
+
+    def superseded_key(self, tenant: str, namespace: Namespace) -> Hashable:
+        """Return the cache key of `superseded_in` for this namespace (what a supersede or delete invalidates)."""
+        return ("superseded_in", tenant, scope_key(namespace))
+
+    def within_by_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str], *, limit: int) -> list[Memory]:
+        """Return the memories with these ids that the namespace may read."""
+        return self.find(tenant, Filter("id in {succ}", {"succ": sorted(ids)}), limit=limit, within=namespace)
+
+    def closed_by(self, tenant: str, namespace: Namespace, successors: Sequence[str], *,
+                  limit: int) -> list[Memory]:
+        """Return the readable memories that one of these memories superseded."""
+        return self.find(tenant, Filter("superseded_by in {rids}", {"rids": sorted(successors)}), limit=limit,
+                         within=namespace)
+
+    # -- a session rolled back ---------------------------------------------------------------------------------
+
+    def rolled_back_after(self, tenant: str, namespace: Namespace, turn: int, *, limit: int) -> list[Memory]:
+        """Return the session's own live rows written from turns after `turn` (what a rollback to it undoes)."""
+        where = (session_filter(tenant, namespace).and_(live_filter(False))
+                 .and_(Filter('scope == "session" and turn_from > {rb}', {"rb": turn})))
+        return self.find(tenant, where, limit=limit, within=namespace)
+
+    # -- the write path's dedup pool ---------------------------------------------------------------------------
+
+    def known_rows(self, tenant: str, namespace: Namespace, scopes: Sequence[str], fields: list[str], *,
+                   kinds: Sequence[str] | None = None, live: bool = True,
+                   updated_since: int | None = None) -> list[Record]:
+        """Return every row (these fields) of the namespace's scopes, however many: live ones, or with
+        `live=False` closed ones too; kinds as named (archived turns only when named); with `updated_since`,
+        only rows stamped at or after that millisecond."""
+        where = readable(namespace, scopes, include_superseded=not live, kinds=kinds)
+        if updated_since is not None:
+            where = where.and_(Filter("updated_at >= {pool_since}", {"pool_since": updated_since}))
+        return self.query_all(tenant, where, fields)
+
+    # -- the admin API -----------------------------------------------------------------------------------------
+
+    def listing(self, tenant: str, agent_id: str, session_id: str | None, user_id: str | None, *,
+                include_superseded: bool, kinds: Sequence[str] | None, scope: str | None, limit: int,
+                offset: int) -> list[Memory]:
+        """Return one page of an agent's memories (optionally one session's, one user's, one scope's), oldest
+        first."""
+        where = namespace_filter(tenant, agent_id, session_id, user_id).and_(live_filter(include_superseded))
+        where = where.and_(kinds_filter(kinds, exclude_turns=False))
+        if scope:
+            where = where.and_(Filter("scope == {scope}", {"scope": scope}))
+        return self.page(tenant, where, limit=limit, offset=offset)
+
+    def count_in(self, tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> int:
+        """Return how many rows an agent (or one session, one user of it) holds, up to the store's window."""
+        return self.count(tenant, namespace_filter(tenant, agent_id, session_id, user_id))
