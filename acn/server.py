@@ -31,7 +31,6 @@ from werkzeug.exceptions import HTTPException
 
 # First of ours, before anything imports pymilvus (and with it pyarrow): it picks Arrow's memory pool.
 import acn.storage.allocator
-from acn.app.foreground import Foreground
 from acn.app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from acn.app.json_body import read_json_body
 from acn.app.openapi import build_admin_openapi, build_manifest, build_openapi
@@ -61,6 +60,7 @@ from acn.nodes.memory_admin import (
     list_memories,
 )
 from acn.nodes.spec import NodeSpec
+from acn.storage.lite.read_priority import Foreground
 
 log = logging.getLogger("acn.server")
 REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # fullmatch: "$" would let a trailing newline through

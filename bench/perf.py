@@ -472,7 +472,7 @@ def retrieval_rows(transport: Transport, size: int, config: Config, runtime: Run
         rows.append(Row("store", "memory_retrieve above the store's search", "in-process", store,
                         value=rows[0].p50 - rows[1].p50, unit="ms",
                         detail="memory_retrieve p50 − bare BM25 p50; negative when a Lite session is searched in "
-                               "process (acn/storage/local_index.py) instead of by the store"))
+                               "process (acn/storage/lite/local_index.py) instead of by the store"))
     return rows
 
 

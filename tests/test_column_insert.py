@@ -1,4 +1,4 @@
-"""Rows inserted into Lite by columns (acn/storage/column_insert.py) read back exactly as rows inserted by rows."""
+"""Rows inserted into Lite by columns (acn/storage/lite/column_insert.py) read back exactly as rows inserted by rows."""
 
 from __future__ import annotations
 

@@ -459,7 +459,7 @@ def test_the_worker_waits_for_requests_to_stop_before_it_embeds(opened: tuple[Mi
     # (0.1-0.7 s) made the first search after a restart 274-612 ms instead of 137-206. So while a request is being
     # handled (the server wraps each in READS.foreground), the worker does not start a batch; once requests stop
     # for QUIET_SECONDS it does. Before: it started QUIET_SECONDS after the last write, whatever was being served.
-    from acn.storage.read_priority import READS
+    from acn.storage.lite.read_priority import READS
 
     _, repository = opened
     backlog = EmbeddingBacklog(repository, max_defer=60.0).start()
@@ -477,7 +477,7 @@ def test_the_worker_waits_for_requests_to_stop_before_it_embeds(opened: tuple[Mi
 
 def test_unbroken_requests_only_defer_the_worker(opened: tuple[MilvusStore, MemoryRepository]) -> None:
     # Under traffic that never pauses the backlog still drains: a batch waits max_defer seconds at most.
-    from acn.storage.read_priority import READS
+    from acn.storage.lite.read_priority import READS
 
     _, repository = opened
     backlog = EmbeddingBacklog(repository, max_defer=0.2).start()

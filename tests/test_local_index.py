@@ -1,7 +1,7 @@
 """The in-process search index selects the rows the store selects, ranks them as the store does, and
 follows every write.
 
-With a Lite file this process searches an agent's rows in memory (acn/storage/local_index.py) instead of asking
+With a Lite file this process searches an agent's rows in memory (acn/storage/lite/local_index.py) instead of asking
 Milvus Lite. These tests hold it to the store: the same filters select the same rows (checked against real
 Lite queries), BM25 puts the same rows on top (checked against real Lite searches), and a write, supersede or
 delete through any path shows in the next search.
@@ -20,11 +20,11 @@ from flask.testing import FlaskClient
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.storage.base import CollectionSpec, Filter
-from acn.storage.local_index import LocalIndex, stored_row
+from acn.storage.lite.local_index import LocalIndex, stored_row
+from acn.storage.lite.predicate import UnsupportedFilter, predicate
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import kinds_filter, live_filter, memory_spec, new_memory_id, scope_filter, to_record
 from acn.storage.milvus import MilvusStore
-from acn.storage.predicate import UnsupportedFilter, predicate
 from bench.seed_suite import generate
 from tests.conftest import make_settings, post
 

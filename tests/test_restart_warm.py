@@ -12,14 +12,14 @@ import pytest
 from flask import Flask
 
 import acn.app.runtime
-import acn.storage.read_cache
+import acn.storage.lite.read_cache
 from acn.app.runtime import Runtime
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
+from acn.storage.lite.read_priority import READS, ReadPriority
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import group_filter, new_memory_id, tenant_filter
 from acn.storage.milvus import MilvusStore
-from acn.storage.read_priority import READS, ReadPriority
 from tests.conftest import make_settings
 
 AGENT = Namespace(agent_id="restarted", session_id="main")
@@ -103,8 +103,8 @@ def memories_where() -> Any:
 @pytest.mark.parametrize(("window", "loaded"), [(320, False), (4096, True)])
 def test_a_session_too_large_for_one_query_is_told_by_a_sample_not_by_reading_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, loaded: bool) -> None:
-    monkeypatch.setattr(acn.storage.read_cache, "LOAD_PAGE", 40)
-    monkeypatch.setattr(acn.storage.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
+    monkeypatch.setattr(acn.storage.lite.read_cache, "LOAD_PAGE", 40)
+    monkeypatch.setattr(acn.storage.lite.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
     store = CountedReads(str(tmp_path / "large.db")).open()
     repository = MemoryRepository(store, prefix="large", embedder=None, warm_in_background=False)
     repository.open()

@@ -22,7 +22,7 @@ from acn.services.slots import WorkSlots
 from acn.storage.coordination import open_coordinator
 from acn.storage.crypto import SnapshotCipher
 from acn.storage.embedding_backlog import EmbeddingBacklog
-from acn.storage.lite_tokens import share_segmentation
+from acn.storage.lite.tokens import share_segmentation
 from acn.storage.memories import MemoryRepository
 from acn.storage.milvus import MilvusStore, open_store
 from acn.storage.sealed import RowSealer

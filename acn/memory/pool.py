@@ -19,9 +19,9 @@ from acn.common.models import (
     Namespace,
 )
 from acn.memory.items import SUPERSEDING_KINDS, MemoryItem
+from acn.storage.lite.read_cache import Stamp
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_queries import scope_key
-from acn.storage.read_cache import Stamp
 from acn.text.byte_cache import TEXT_CACHE, items_bytes
 from acn.text.numbers import key_values
 from acn.text.similarity import LONG_TEXT_CHARS, normalise

@@ -10,7 +10,7 @@ store scan per row); at start, after a queue overflow, after a failure and, agai
 `rescan_seconds`, the worker scans the store for rows still waiting (an earlier process's, another process's).
 It starts a batch once rows have stopped arriving and no request has been handled for QUIET_SECONDS (at the latest
 MAX_DEFER_SECONDS later), and its store reads outside write_order wait while a request's read runs
-(acn/storage/read_priority.py): with Lite the worker's reads are Python in this process, and a scan for waiting rows
+(lite/read_priority.py): with Lite the worker's reads are Python in this process, and a scan for waiting rows
 costs 0.1-0.7 s at 100k rows, which a search beside it paid (measured at 100k with USE: first search after a restart
 274-612 ms with the worker running alongside, 137-147 ms once it waited for them). The embedding itself runs on a
 thread of its own at nice 10 (the engine releases the GIL: it costs the requests a core, not the interpreter); the
@@ -46,9 +46,9 @@ from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 from acn.storage.base import Filter, Record
+from acn.storage.lite.read_priority import READS
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import EMBEDDED_FIELD, OUTPUT_FIELDS
-from acn.storage.read_priority import READS
 
 log = logging.getLogger("acn.embedding")
 PENDING = Filter("embedded == 0")

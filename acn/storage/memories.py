@@ -15,7 +15,8 @@ from acn.common.errors import ProviderError, ProviderTimeoutError
 from acn.common.models import Memory, Namespace
 from acn.providers.embedders import Embedder
 from acn.storage.base import Filter, Hit, MemoryStore, Record
-from acn.storage.local_index import DISTINCT_FETCH, LocalIndex
+from acn.storage.lite.local_index import DISTINCT_FETCH, LocalIndex
+from acn.storage.lite.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, ReadCache, Stamp
 from acn.storage.memory_queries import MemoryQueries
 from acn.storage.memory_rows import (
     EMBEDDED,
@@ -35,7 +36,6 @@ from acn.storage.memory_rows import (
     tenant_filter,
     to_record,
 )
-from acn.storage.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, ReadCache, Stamp
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ class MemoryRepository(MemoryQueries):
         self._namespace_locks: weakref.WeakValueDictionary[tuple[str, str], threading.RLock] = \
             weakref.WeakValueDictionary()
         # With a Lite file this process is the only writer: repeated reads are served from memory and kept
-        # current by the writes themselves (acn/storage/read_cache.py). Against a server other processes write too:
+        # current by the writes themselves (acn/storage/lite/read_cache.py). Against a server other processes write too:
         # no cache there.
         exclusive = not getattr(store, "is_server", True)
         self.warming: threading.Thread | None = None  # the start-up search (open); Runtime.open waits for it
@@ -398,7 +398,7 @@ class MemoryRepository(MemoryQueries):
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
         With `within`, only the rows that namespace's session can read are searched (group_filter); with a Lite
-        file they are then searched in memory (acn/storage/local_index.py). With `distinct`, each list holds one
+        file they are then searched in memory (acn/storage/lite/local_index.py). With `distinct`, each list holds one
         copy of a text (one_per_text): a line repeated across a session takes one place, not many.
         """
         flt = tenant_filter(tenant).and_(where)

@@ -4,7 +4,7 @@ what a rollback undoes. The store's expression language stays inside storage/.
 Every caller above storage asks one of these (retrieval, assembly, the write path, the session and admin nodes,
 the inspector); none writes a filter. So a new question is a new method here, reviewed beside the encryption
 (acn/storage/sealed.py refuses filters on sealed fields) and the in-process evaluator
-(acn/storage/predicate.py) that must understand it, instead of a string in a node. The primitives below are what
+(acn/storage/lite/predicate.py) that must understand it, instead of a string in a node. The primitives below are what
 MemoryRepository implements over a MemoryStore (as langgraph's store derives its helpers from `batch`).
 """
 

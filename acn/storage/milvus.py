@@ -18,8 +18,8 @@ from pymilvus.exceptions import MilvusException
 from acn.common.errors import StoreUnavailableError
 from acn.storage.allocator import trim_free_memory
 from acn.storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
-from acn.storage.column_insert import ColumnInsert
-from acn.storage.read_priority import READS
+from acn.storage.lite.column_insert import ColumnInsert
+from acn.storage.lite.read_priority import READS
 
 log = logging.getLogger("acn.store")
 
@@ -256,7 +256,7 @@ class MilvusStore(MemoryStore):
             self._write(collection, len(records), lambda c: self._insert(c, collection, records))
 
     def _insert(self, client: MilvusClient, collection: str, records: list[Record]) -> None:
-        """Insert by columns where that builds the same request (Lite: acn/storage/column_insert.py), else by rows."""
+        """Insert by columns where that builds the same request (Lite: lite/column_insert.py), else by rows."""
         if not self.is_server and collection not in self._columns:
             self._columns[collection] = ColumnInsert.of(client, collection)
         columns = self._columns.get(collection)
@@ -483,7 +483,7 @@ class MilvusStore(MemoryStore):
     def _read(self, operation: Callable[[MilvusClient], T]) -> T:
         if self._flush_gate is None:
             return self._call(operation)
-        # Lite runs in this process: a background read waits for requests' reads (acn/storage/read_priority.py).
+        # Lite runs in this process: a background read waits for requests' reads (acn/storage/lite/read_priority.py).
         with READS.reading(), self._flush_gate.shared():
             return self._call(operation)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from acn.common.models import Memory
 from acn.storage.base import Filter, Record
-from acn.storage.predicate import predicate
+from acn.storage.lite.predicate import predicate
 from acn.text.terms import bm25_tokens
 
 K1 = 1.2

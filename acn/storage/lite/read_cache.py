@@ -3,12 +3,12 @@
 With a Lite file this process is the only writer, so reads that every turn repeats are served from memory: the
 archived messages of recent sessions (neighbour expansion looks up turns by number), views that only a supersede,
 an update or a delete can change, parked batch indexes (a writer's dedup pool), the in-memory search index of
-each recent session (acn/storage/local_index.py) and, per agent, the sessions that hold rows. Against a server other
+each recent session (lite/local_index.py) and, per agent, the sessions that hold rows. Against a server other
 processes write too, so MemoryRepository builds no ReadCache there.
 
 Three counters tell what is still current: `_epoch` bumps on deletes and failed writes (everything is dropped),
 `_revision` on writes that can change a view, `_archive_epoch` on archive writes. Loads follow one protocol
-(acn/storage/load_once.py).
+(acn/storage/lite/load_once.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from typing import Any, TypeVar, cast
 from acn.common.errors import StoreUnavailableError
 from acn.common.models import Memory, Namespace
 from acn.storage.base import Filter, Record
-from acn.storage.load_once import LoadOnce
-from acn.storage.local_index import LocalIndex
+from acn.storage.lite.load_once import LoadOnce
+from acn.storage.lite.local_index import LocalIndex
+from acn.storage.lite.predicate import supported
+from acn.storage.lite.read_priority import READS
 from acn.storage.memory_rows import (
     ID_CUTS,
     NO_TURN,
@@ -36,8 +38,6 @@ from acn.storage.memory_rows import (
     session_filter,
     tenant_filter,
 )
-from acn.storage.predicate import supported
-from acn.storage.read_priority import READS
 
 # The caches, named and sized in one place. Session archives: at most CACHED_ARCHIVES sessions and about
 # CACHED_ARCHIVE_ROWS archived messages in all (the most recently used sessions stay).
@@ -108,7 +108,7 @@ class ReadCache:
         self._background = background
         self._warming: set[GroupKey] = set()
         # Each waiting key with READS.finished() as of the read that asked for it: the load's reads come after
-        # that request's own store read and never alongside a request's read (acn/storage/read_priority.py).
+        # that request's own store read and never alongside a request's read (acn/storage/lite/read_priority.py).
         self._warm_queue: deque[tuple[GroupKey, int]] = deque()
         self._warm_wakeup = threading.Event()
         self._warm_idle = threading.Event()
