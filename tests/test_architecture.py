@@ -135,10 +135,10 @@ def test_checker_sees_every_kind_of_import() -> None:
         "import acn.common.errors\n"
         "if TYPE_CHECKING:\n    from acn.storage.memories import MemoryRepository\n"
         "def later():\n    from acn.nodes import spec\n"
-        "from .render import render_memories\n"
+        "from .memory_lines import render_memories\n"
     )
     names = imported_names(source, "acn.retrieval")
-    expected = {"acn.common.errors", "acn.storage.memories", "acn.nodes.spec", "acn.retrieval.render"}
+    expected = {"acn.common.errors", "acn.storage.memories", "acn.nodes.spec", "acn.retrieval.memory_lines"}
     assert expected | {"acn.nodes"} <= names
     assert {resolve(n) for n in names} >= expected
 

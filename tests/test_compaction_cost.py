@@ -15,7 +15,7 @@ from flask import Flask
 
 import acn.compaction.extractive as extractive
 import acn.compaction.key_numbers as key_numbers
-import acn.compaction.similarity as similarity
+import acn.compaction.statements as statement_rules
 import acn.text.numbers as numbers
 import acn.text.sentences as sentences
 from acn.common.models import Decision, Message
@@ -23,7 +23,7 @@ from acn.compaction.engine import compact_turns
 from acn.compaction.key_numbers import add_key_number, build_key_numbers
 from acn.compaction.merge import resolve_decisions
 from acn.compaction.rules import Statement, is_question
-from acn.compaction.similarity import is_near_duplicate, same_topic
+from acn.compaction.statements import is_near_duplicate, same_topic
 from acn.server import create_app
 from acn.text.similarity import similarity as text_similarity
 from acn.text.tokens import load_tokenizer
@@ -108,17 +108,17 @@ def test_build_key_numbers_matches_the_pairwise_oracle() -> None:
 
 def _topic_keys_computed(monkeypatch: pytest.MonkeyPatch, messages: int) -> int:
     calls = 0
-    original = similarity.events_topic_key
+    original = statement_rules.events_topic_key
 
     def counted(sentence: str, kind: str) -> str | None:
         nonlocal calls
         calls += 1
         return original(sentence, kind)
 
-    monkeypatch.setattr(similarity, "events_topic_key", counted)
+    monkeypatch.setattr(statement_rules, "events_topic_key", counted)
     compact_turns(generated(messages), [], segment_size=6, max_segments=5, engine="extractive", chat=None,
                   tokenizer=load_tokenizer("cl100k_base"))
-    monkeypatch.setattr(similarity, "events_topic_key", original)
+    monkeypatch.setattr(statement_rules, "events_topic_key", original)
     return calls
 
 
@@ -296,11 +296,11 @@ def test_number_and_sentence_helpers_match_their_pairwise_versions() -> None:
 
 
 def _old_echoes_user(item: Statement, statements: list[Statement]) -> bool:
-    own_numbers = set(similarity.numbers_of(item.text))
+    own_numbers = set(statement_rules.numbers_of(item.text))
     for other in statements:
         if other.role != "user" or other.turn != item.turn or is_question(other.text):
             continue
-        if not own_numbers <= set(similarity.numbers_of(other.text)):
+        if not own_numbers <= set(statement_rules.numbers_of(other.text)):
             continue
         score = text_similarity(item.text, other.text)
         threshold = extractive.ECHO_SIMILARITY_SAME_NUMBERS if own_numbers else extractive.ECHO_SIMILARITY
@@ -317,7 +317,7 @@ def _old_mark_earlier(pairs: list[tuple[str, str]], superseded: list[str], curre
         old_text = next((text for text in superseded if numbers.value_present(value, text)), None)
         if old_text and not label.endswith(suffix) and not any(numbers.value_present(value, t) for t in current):
             base = key_numbers._NUMBER_SUFFIX.sub("", label)
-            label = ((similarity.topic_key(old_text) or base) if base in numbers.KINDS else base) + suffix
+            label = ((statement_rules.topic_key(old_text) or base) if base in numbers.KINDS else base) + suffix
         result.append((label, value))
     return result
 

@@ -7,7 +7,7 @@ import pytest
 from acn.common.errors import ValidationError
 from acn.common.models import Message
 from acn.compaction.engine import compact_turns
-from acn.compaction.render import render_working_summary
+from acn.compaction.segment_lines import render_working_summary
 from acn.text.numbers import extract_key_numbers, value_present
 from acn.text.tokens import Tokenizer, load_tokenizer
 from tests.compaction_conversations import EN_PROJECT_TURNS, ZH_FINANCE_TURNS, conversation

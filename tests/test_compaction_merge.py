@@ -7,7 +7,7 @@ import pytest
 from acn.common.models import Decision, Segment
 from acn.compaction.engine import compact_turns
 from acn.compaction.merge import merge_segments
-from acn.compaction.render import finish_segment
+from acn.compaction.segment_lines import finish_segment
 from acn.text.numbers import value_present
 from acn.text.tokens import Tokenizer, load_tokenizer
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
@@ -111,7 +111,7 @@ def test_compact_turns_merges_when_segments_exceed_the_limit(tokenizer: Tokenize
 
 def _pairwise_dedupe(items: list[str]) -> list[str]:
     """The definition dedupe_keep_latest implements: drop an item any later item near-duplicates."""
-    from acn.compaction.similarity import is_near_duplicate
+    from acn.compaction.statements import is_near_duplicate
 
     return [item for i, item in enumerate(items) if not any(is_near_duplicate(item, later) for later in items[i + 1:])]
 
@@ -121,7 +121,7 @@ def test_dedupe_keeps_what_the_pairwise_definition_keeps() -> None:
     # equal texts with different numbers all occur; the bucketed dedupe must agree with the pairwise one.
     import random
 
-    from acn.compaction.similarity import dedupe_keep_latest
+    from acn.compaction.statements import dedupe_keep_latest
 
     rng = random.Random(11)
     stems = ["对账接口超时设为", "客户要求退款到原卡", "the pool size is now", "部署窗口定在周五晚上", "we agreed to ship on",
@@ -138,7 +138,7 @@ def test_dedupe_after_an_earlier_dedupe_compares_only_newer_items_and_agrees() -
     # give what the pairwise definition gives for the whole list.
     import random
 
-    from acn.compaction.similarity import dedupe_keep_latest
+    from acn.compaction.statements import dedupe_keep_latest
 
     rng = random.Random(12)
     stems = ["对账接口超时设为", "客户要求退款到原卡", "the pool size is now", "部署窗口定在周五晚上", "we agreed to ship on"]
@@ -159,7 +159,7 @@ def test_incremental_dedupe_agrees_on_substrings_sizes_and_numbers() -> None:
     # exactly what the pairwise definition keeps.
     import random
 
-    from acn.compaction.similarity import dedupe_keep_latest
+    from acn.compaction.statements import dedupe_keep_latest
 
     rng = random.Random(13)
     words = ["退款", "原卡", "超时", "接口", "部署", "周五", "pool", "size", "ship", "订单", "确认", "客户"]

@@ -9,9 +9,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import acn.memory.pool
+import acn.memory.dedup_index
+from acn.memory.dedup_index import DedupIndex, Known
 from acn.memory.items import MemoryItem
-from acn.memory.pool import DedupIndex, Known, Pool
+from acn.memory.pool import Pool
 from acn.storage.memories import MemoryRepository
 from acn.text.similarity import shingle_similarity, shingles
 
@@ -103,8 +104,8 @@ def test_nearest_is_exact_when_the_longest_postings_are_not_counted(stored: list
     pool = Pool(cast(MemoryRepository, None), "t", loaded)
     pool.index.remove("m000")  # a dead slot stays in the postings and in the flat bigram array
     item = MemoryItem(kind=kind, content=text)  # type: ignore[arg-type]
-    with patch.object(acn.memory.pool, "SKIP_MARGIN", margin), patch.object(acn.memory.pool, "OVERLAP_COST", cost), \
-            patch.object(acn.memory.pool, "SKIP_FROM", 0):
+    with patch.object(acn.memory.dedup_index, "SKIP_MARGIN", margin), patch.object(acn.memory.dedup_index, "OVERLAP_COST", cost), \
+            patch.object(acn.memory.dedup_index, "SKIP_FROM", 0):
         found = pool.index.nearest(item.scope, item.kind, item.content, floor)
     assert (None if found is None else (found[0], found[1].id)) == brute_force_best(pool.index.live(), item, floor)
 
@@ -146,8 +147,8 @@ def test_skipping_one_posting_more_than_prefix_filtering_allows_would_answer_ano
               Known("m001", "abcdefghiXj", "session", "fact", None, 1),  # 8 of the 9 bigrams: Dice 0.84
               Known("m002", "ijklmnop", "session", "fact", None, 1)]  # the ninth
     pool = Pool(cast(MemoryRepository, None), "t", loaded)
-    with patch.object(acn.memory.pool, "SKIP_MARGIN", 0), patch.object(acn.memory.pool, "SKIP_FROM", 0), \
-            patch.object(acn.memory.pool, "OVERLAP_COST", 0):  # the let-through slots counted from their own bigrams
+    with patch.object(acn.memory.dedup_index, "SKIP_MARGIN", 0), patch.object(acn.memory.dedup_index, "SKIP_FROM", 0), \
+            patch.object(acn.memory.dedup_index, "OVERLAP_COST", 0):  # the let-through slots counted from their own bigrams
         assert pool.index.nearest("session", "fact", "abcdefghij", 0.9) is None
         assert pool.index.nearest("session", "fact", "abcdefghiXj", 0.9) == (1.0, loaded[1])
 
@@ -160,7 +161,7 @@ def test_a_memory_with_the_items_bigram_set_is_checked_not_trusted_to_its_hash(s
                                                                                floor: float) -> None:
     # Dice 1 is looked up by the hash of the bigram set; with every set hashing alike, the memories found under the
     # item's hash must still be compared with it (half loaded at once, half added one by one: both hash).
-    with patch.object(acn.memory.pool, "mixed", lambda codes: np.zeros(len(codes), dtype=np.uint64)):
+    with patch.object(acn.memory.dedup_index, "mixed", lambda codes: np.zeros(len(codes), dtype=np.uint64)):
         loaded = [Known(f"m{i:03d}", content, "session", kind_, None, 1)  # type: ignore[arg-type]
                   for i, (content, kind_) in enumerate(stored)]
         pool = Pool(cast(MemoryRepository, None), "t", loaded[: len(loaded) // 2])
@@ -175,7 +176,7 @@ def test_a_memory_with_the_items_bigram_set_is_checked_not_trusted_to_its_hash(s
 @given(text=ODD_TEXTS)
 def test_a_texts_bigram_codes_are_its_shingles_as_ints(text: str) -> None:
     codes = {(ord(gram[0]) << 21) | (ord(gram[1]) if len(gram) > 1 else 0) for gram in shingles(text)}
-    assert acn.memory.pool.bigram_codes(text) == tuple(sorted(codes))
+    assert acn.memory.dedup_index.bigram_codes(text) == tuple(sorted(codes))
 
 
 CODES = st.integers(min_value=0, max_value=(1 << 42) - 1)
@@ -187,6 +188,6 @@ def test_membership_by_hash_table_or_binary_search_is_exact(wanted: set[int], ot
     # No try (tries 0), or sets too large for a table (over ~180 codes), fall back to the binary search; one try
     # often collides for larger sets and falls back too; the others use the table.
     probes = [*sorted(wanted)[::3], *others, *(code ^ 1 for code in sorted(wanted)[::5])]
-    with patch.object(acn.memory.pool, "TABLE_TRIES", tries):
-        member = acn.memory.pool.member_of(tuple(sorted(wanted)))
+    with patch.object(acn.memory.dedup_index, "TABLE_TRIES", tries):
+        member = acn.memory.dedup_index.member_of(tuple(sorted(wanted)))
     assert member(np.array(probes, dtype=np.int64)).tolist() == [code in wanted for code in probes]

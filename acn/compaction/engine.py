@@ -12,10 +12,10 @@ from acn.common.models import Message, Segment
 from acn.compaction.extractive import source_numbers, source_text, summarize_extractive
 from acn.compaction.llm import summarize_llm
 from acn.compaction.merge import merge_segments
-from acn.compaction.render import finish_segment, segment_body
+from acn.compaction.segment_lines import finish_segment, segment_body
 from acn.compaction.segments import Turn, cut_segments, group_turns, next_turn_number, segment_id, user_sentences
-from acn.compaction.similarity import topic_keys_cached
 from acn.compaction.state import WorkingState, working_state
+from acn.compaction.statements import topic_keys_cached
 from acn.compaction.verify import grounding_problems, self_check, verify_numbers
 from acn.providers.openai_chat import ChatClient
 from acn.text.lang import detect_language

@@ -5,7 +5,6 @@ from __future__ import annotations
 from acn.common.models import Decision, Segment
 from acn.compaction.key_numbers import build_key_numbers, mark_earlier
 from acn.compaction.merge import resolve_decisions
-from acn.compaction.render import segment_body
 from acn.compaction.rules import (
     CONSTRAINT,
     DECISION,
@@ -21,9 +20,10 @@ from acn.compaction.rules import (
     is_question,
     split_reason,
 )
+from acn.compaction.segment_lines import segment_body
 from acn.compaction.segments import Turn, user_sentences
-from acn.compaction.similarity import dedupe_keep_latest, numbers_of, same_topic
 from acn.compaction.state import WorkingState, carry_constraints
+from acn.compaction.statements import dedupe_keep_latest, numbers_of, same_topic
 from acn.text.numbers import KeyNumber, extract_key_numbers
 from acn.text.pleasantries import is_pleasantry
 from acn.text.sentences import split_sentences

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 
-from acn.compaction.similarity import topic_key
+from acn.compaction.statements import topic_key
 from acn.text.numbers import KINDS, SEPARATOR, value_haystack, value_needle, value_present
 
 EARLIER_SUFFIX = {"zh": "（此前）", "en": " (earlier)"}

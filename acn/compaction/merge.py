@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 from acn.common.models import Decision, Segment
 from acn.compaction.key_numbers import build_key_numbers, mark_earlier, union_pairs
-from acn.compaction.render import finish_segment, segment_body
+from acn.compaction.segment_lines import finish_segment, segment_body
 from acn.compaction.segments import segment_id
-from acn.compaction.similarity import NearIndex, TopicIndex, dedupe_keep_latest, is_near_duplicate, topic_key
+from acn.compaction.statements import NearIndex, TopicIndex, dedupe_keep_latest, is_near_duplicate, topic_key
 from acn.text.tokens import Tokenizer
 
 

@@ -21,7 +21,7 @@ from acn.common.models import (
 from acn.common.settings import Settings
 from acn.compaction.engine import CompactionOutcome, compact_turns
 from acn.compaction.limits import message_chars
-from acn.compaction.render import render_working_summary
+from acn.compaction.segment_lines import render_working_summary
 from acn.compaction.segments import Turn, group_turns, split_recent
 from acn.memory.archive import archive_turns
 from acn.providers.openai_chat import ChatClient, request_endpoint

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from acn.common.models import Segment
-from acn.compaction.similarity import coverage, dedupe_keep_latest, is_near_duplicate, numbers_of, same_topic
+from acn.compaction.statements import coverage, dedupe_keep_latest, is_near_duplicate, numbers_of, same_topic
 from acn.text.similarity import similarity
 
 # Words that announce the user is changing or dropping something said before.

@@ -169,7 +169,12 @@ class _Group:
 
 
 class NearIndex:
-    """Statements by position and numbers, to find the first later near-duplicate of one (exactly `_near`)."""
+    """Statements by position and numbers, to find the first later near-duplicate of one (exactly `_near`).
+
+    Kept apart from text.similarity.PrefixFilter and memory.dedup_index.DedupIndex: `_near` is not Dice alone (equal
+    numbers first, then containment, then Dice), and a merge asks in conversation order ("the first after"), over a
+    few hundred statements where grouping by numbers already leaves a handful to compare.
+    """
 
     def __init__(self, texts: list[tuple[int, str]]) -> None:
         self.groups: dict[tuple[str, ...], tuple[list[int], list[_Statement]]] = {}

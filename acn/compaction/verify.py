@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from acn.common.models import Segment
 from acn.compaction.key_numbers import add_key_number
-from acn.compaction.render import segment_body
 from acn.compaction.rules import changes_goal
+from acn.compaction.segment_lines import segment_body
 from acn.compaction.state import changes_value, restates, supersedes, working_state
 from acn.text.numbers import KeyNumber, extract_key_numbers, value_present
 

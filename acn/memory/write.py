@@ -11,8 +11,9 @@ from acn.common.models import (
     Message,
     Namespace,
 )
+from acn.memory.dedup_index import Known, numbers_conflict
 from acn.memory.items import DEFAULT_IMPORTANCE, MAX_CONTENT_CHARS, SUPERSEDING_KINDS, Action, MemoryItem, WriteResult
-from acn.memory.pool import Known, Pool, numbers_conflict
+from acn.memory.pool import Pool
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import new_memory_id
 from acn.text.events import extract_events

@@ -6,8 +6,8 @@ from pydantic import Field
 
 from acn.common.models import NodeResponse
 from acn.nodes.spec import Description, NodeSpec
+from acn.retrieval.memory_lines import render_memories
 from acn.retrieval.rank import MemoryRetrieveRequest, RetrievedMemory, cut, rank
-from acn.retrieval.render import render_memories
 from acn.services.deps import Deps
 from acn.text.lang import detect_language
 from acn.text.triggers import needs_memory

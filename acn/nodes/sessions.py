@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from acn.common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
-from acn.compaction.render import render_working_summary
+from acn.compaction.segment_lines import render_working_summary
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
 from acn.storage.memory_rows import QUERY_WINDOW

@@ -321,7 +321,7 @@ def extract_key_numbers(text: str) -> list[KeyNumber]:
 def key_values(text: str) -> tuple[str, ...]:
     """Return the values of extract_key_numbers(text), in its order, without labelling them: labelling searches
     ~30 patterns around each value, about a third of the work, and write-time dedup asks only which values a
-    text holds (memory.pool.numbers_conflict)."""
+    text holds (memory.dedup_index.numbers_conflict)."""
     spans, kept = _value_spans(text)
     return tuple(text[spans[index][0]: spans[index][1]] for index in kept)
 

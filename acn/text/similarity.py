@@ -78,6 +78,10 @@ class PrefixFilter:
     those prefixes, a message meets the few messages that share a rare bigram with it instead of all of them:
     deduplication stays near-linear where the pairwise scan was quadratic. Empty sets (no letters or digits)
     reach Dice 1.0 with each other only and are kept in a bucket of their own.
+
+    Not merged with memory.dedup_index.DedupIndex or compaction.statements.NearIndex: this is a one-shot self-join of
+    one list (edit_context's dedupe), built and dropped per call; the memory index is incremental and kept across
+    batches, and compaction's also requires equal numbers, so each would carry the others' costs.
     """
 
     def __init__(self, sets: list[frozenset[str]], threshold: float) -> None:
