@@ -192,3 +192,37 @@ def test_the_store_expression_rule_sees_a_leak(tmp_path: Path) -> None:
             "deps.memories.find(...)", "runtime.memories.store.query(...)"]
     finally:
         del modules()["acn.nodes.leaky"]
+
+
+# What a turn is and a session's state are said once (acn/common/conversation.py); a module names these shapes by
+# importing them from there, never by defining its own or reaching into storage for them.
+CONVERSATION_SHAPES = {"Turn", "SessionState", "VersionInfo", "group_turns", "protected_start", "number_messages"}
+
+
+def conversation_shapes_defined_or_taken_elsewhere(module: str) -> list[str]:
+    """Where `module` defines one of the conversation's shapes, or imports one from a module other than its home."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+    found = [f"defines {node.name}" for node in tree.body
+             if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name in CONVERSATION_SHAPES]
+    found += [f"imports {alias.name} from {node.module}" for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("acn.")
+              and node.module != "acn.common.conversation"
+              for alias in node.names if alias.name in CONVERSATION_SHAPES]
+    return found
+
+
+def test_the_conversations_shapes_have_one_home() -> None:
+    strays = [f"{module}: {what}" for module in modules() if module != "acn.common.conversation"
+              for what in conversation_shapes_defined_or_taken_elsewhere(module)]
+    assert strays == [], "take these from acn.common.conversation:\n" + "\n".join(strays)
+
+
+def test_the_one_home_rule_sees_a_stray(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text("from acn.storage.sessions import SessionState\n\nclass Turn:\n    pass\n")
+    modules()["acn.nodes.stray"] = stray
+    try:
+        assert conversation_shapes_defined_or_taken_elsewhere("acn.nodes.stray") == [
+            "defines Turn", "imports SessionState from acn.storage.sessions"]
+    finally:
+        del modules()["acn.nodes.stray"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from acn.common.conversation import group_turns
 from acn.common.models import Message, Segment
-from acn.compaction.segments import cut_segments, group_turns, next_turn_number, segment_id, split_recent
+from acn.compaction.segments import cut_segments, next_turn_number, segment_id, split_recent
 from tests.compaction_conversations import ZH_FINANCE_TURNS, conversation
 
 

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from acn.common.conversation import protected_start
 from acn.common.models import Message
 from acn.common.settings import Settings
-from acn.editing.edit import protected_start, shrink_json, tool_names
+from acn.editing.edit import shrink_json, tool_names
 from acn.nodes.edit_context import NODE, EditContextRequest, EditContextResponse, run
 from acn.services.deps import Deps
 from acn.text.tokens import load_tokenizer

@@ -8,9 +8,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from acn.common.conversation import SessionState
 from acn.common.models import Memory, Message, Namespace
 from acn.storage.memory_rows import new_memory_id
-from acn.storage.sessions import SessionState
 from tests.conftest import assert_error, post
 
 TENANT = "default"

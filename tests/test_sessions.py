@@ -121,8 +121,9 @@ def test_long_snapshots_are_stored_compressed_and_plain_ones_still_read(app: Fla
     # A long session's state is written compressed (each turn stores a version of it); snapshots written
     # plain, as earlier releases did, read back unchanged.
     from acn.common.auth import DEFAULT_TENANT
+    from acn.common.conversation import SessionState
     from acn.common.models import Message, Namespace
-    from acn.storage.sessions import COMPRESSED, SessionState, pack, unpack
+    from acn.storage.sessions import COMPRESSED, pack, unpack
 
     sessions = app.extensions["acn"].sessions
     namespace = Namespace(**ns)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from acn.common.conversation import SessionState
 from acn.common.errors import StoreUnavailableError
 from acn.common.models import Namespace
 from acn.memory.items import MemoryItem
@@ -20,7 +21,7 @@ from acn.storage.base import Filter
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import kinds_filter, live_filter, scope_filter, to_record
 from acn.storage.milvus import MAX_VARCHAR, MilvusStore
-from acn.storage.sessions import SessionRepository, SessionState
+from acn.storage.sessions import SessionRepository
 from tests.conftest import ENGINE
 
 

@@ -17,6 +17,7 @@ from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, la
 from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
 from acn.assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
 from acn.assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
+from acn.common.conversation import SessionState
 from acn.common.errors import ValidationError
 from acn.common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
 from acn.common.models import (
@@ -32,7 +33,6 @@ from acn.common.models import (
 )
 from acn.retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
 from acn.services.deps import Deps
-from acn.storage.sessions import SessionState
 from acn.text.lang import Language, detect_language
 from acn.text.numbers import value_present
 

@@ -7,9 +7,9 @@ from collections import OrderedDict
 
 from acn.assembly.fit import Item
 from acn.assembly.recall import message_order
+from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Segment
 from acn.compaction.segment_lines import LABELS, render_decision, render_header
-from acn.compaction.segments import group_turns
 from acn.retrieval.memory_lines import render_memories, source_tag, speaker_label
 from acn.text.dates import normalise_date
 from acn.text.similarity import normalise, shingles

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from acn.common.conversation import Turn, group_turns
 from acn.common.errors import ProviderError, ProviderTimeoutError, ValidationError
 from acn.common.models import Message, Segment
 from acn.compaction.extractive import source_numbers, source_text, summarize_extractive
 from acn.compaction.llm import summarize_llm
 from acn.compaction.merge import merge_segments
 from acn.compaction.segment_lines import finish_segment, segment_body
-from acn.compaction.segments import Turn, cut_segments, group_turns, next_turn_number, segment_id, user_sentences
+from acn.compaction.segments import cut_segments, next_turn_number, segment_id, user_sentences
 from acn.compaction.state import WorkingState, working_state
 from acn.compaction.statements import topic_keys_cached
 from acn.compaction.verify import grounding_problems, self_check, verify_numbers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from acn.common.conversation import Turn
 from acn.common.models import Decision, Segment
 from acn.compaction.key_numbers import build_key_numbers, mark_earlier
 from acn.compaction.merge import resolve_decisions
@@ -21,7 +22,7 @@ from acn.compaction.rules import (
     split_reason,
 )
 from acn.compaction.segment_lines import segment_body
-from acn.compaction.segments import Turn, user_sentences
+from acn.compaction.segments import user_sentences
 from acn.compaction.state import WorkingState, carry_constraints
 from acn.compaction.statements import dedupe_keep_latest, numbers_of, same_topic
 from acn.text.numbers import KeyNumber, extract_key_numbers

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
+from acn.common.conversation import Turn
 from acn.common.errors import ProviderError
 from acn.common.models import Decision, Segment
-from acn.compaction.segments import Turn
 from acn.compaction.state import WorkingState
 from acn.providers.openai_chat import ChatClient
 

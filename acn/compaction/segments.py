@@ -1,49 +1,13 @@
-"""Group messages into turns and cut turns into segments."""
+"""Cut turns into segments (what a turn is: common.conversation)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 
-from acn.common.models import Message, Segment
+from acn.common.conversation import Turn
+from acn.common.models import Segment
 from acn.text.sentences import split_sentences
-
-
-@dataclass
-class Turn:
-    """A user message and everything that follows it until the next user message."""
-
-    number: int
-    messages: list[Message] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        """Return the turn's message contents joined by newlines."""
-        return "\n".join(message.content for message in self.messages if message.content)
-
-
-def group_turns(messages: list[Message], first_turn: int = 1) -> list[Turn]:
-    """Group messages into turns; a turn's number is its user message's `turn`, else the next free one.
-
-    System messages are instructions, not conversation, so they never enter a turn. Messages before
-    the first user message (an assistant greeting) open a turn of their own.
-    """
-    turns: list[Turn] = []
-    for message in messages:
-        if message.role == "system":
-            continue
-        if message.role == "user" or not turns:
-            turns.append(Turn(number=_turn_number(message, turns, first_turn)))
-        turns[-1].messages.append(message)
-    return turns
-
-
-def _turn_number(message: Message, turns: list[Turn], first_turn: int) -> int:
-    following = turns[-1].number + 1 if turns else first_turn
-    if message.turn is not None and (not turns or message.turn > turns[-1].number):
-        return message.turn
-    return following
 
 
 def user_sentences(turns: list[Turn]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
+from acn.common.conversation import SessionState, Turn, group_turns
 from acn.common.errors import BusyError, LlmBusyError
 from acn.common.models import (
     Message,
@@ -22,11 +23,10 @@ from acn.common.settings import Settings
 from acn.compaction.engine import CompactionOutcome, compact_turns
 from acn.compaction.limits import message_chars
 from acn.compaction.segment_lines import render_working_summary
-from acn.compaction.segments import Turn, group_turns, split_recent
+from acn.compaction.segments import split_recent
 from acn.memory.archive import archive_turns
 from acn.providers.openai_chat import ChatClient, request_endpoint
 from acn.services.deps import Deps
-from acn.storage.sessions import SessionState
 from acn.text.tokens import Tokenizer
 
 

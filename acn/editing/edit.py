@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
+from acn.common.conversation import protected_start
 from acn.common.models import Message, StrictModel, parse_json_object_or_null
 from acn.text.numbers import extract_key_numbers, value_present
 from acn.text.pii import find_pii, redact_json_text, redact_pii, redact_value
@@ -139,14 +140,6 @@ def edit_messages(messages: list[Message], rules: EditRules, protect_last: int,
         _shrink_tool_results(work, rules.max_tool_result_tokens, skip=cleared)
     kept = [message for i, message in enumerate(work.messages) if i not in work.dropped]
     return kept, sorted(work.edits, key=lambda edit: edit.index)
-
-
-def protected_start(messages: list[Message], protect_last: int) -> int:
-    """Return the index where the last protect_last turns begin (len(messages) when nothing is protected)."""
-    starts = [i for i, message in enumerate(messages) if message.role == "user"]
-    if protect_last == 0 or not starts:
-        return len(messages)
-    return starts[-protect_last] if len(starts) >= protect_last else starts[0]
 
 
 def _quote(text: str, limit: int = 24) -> str:

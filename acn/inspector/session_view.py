@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from acn.assembly.recall import readable
+from acn.common.conversation import VersionInfo
 from acn.common.models import Memory, Namespace, Segment, meta_int
 from acn.nodes.memory_admin import PAGE_LIMIT, MemoryListRequest, list_memories
 from acn.nodes.sessions import (
@@ -16,7 +17,6 @@ from acn.nodes.sessions import (
     run_versions,
 )
 from acn.services.deps import Deps
-from acn.storage.sessions import VersionInfo
 
 # list_memories refuses offsets beyond this; a session with more rows shows the first ones and says so.
 MAX_OFFSET = 15_000

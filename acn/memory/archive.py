@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
+from acn.common.conversation import Turn
 from acn.common.models import Memory, Message, Namespace
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import new_memory_id
@@ -17,22 +17,14 @@ log = logging.getLogger("acn.archive")
 ARCHIVE_CHUNK_CHARS = 8000
 
 
-
-class ArchivedTurn(Protocol):
-    """A turn to archive: its number and its messages (compaction.segments.Turn is one)."""
-
-    number: int
-    messages: list[Message]
-
-
 def archive_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
-                  turns: Sequence[ArchivedTurn]) -> list[str]:
+                  turns: Sequence[Turn]) -> list[str]:
     """Store every message of the turns verbatim as `turn` memories before they leave the buffer."""
     return archive_new_turns(memories, tenant, namespace, turns, track=False)[0]
 
 
 def archive_new_turns(memories: MemoryRepository, tenant: str, namespace: Namespace,
-                      turns: Sequence[ArchivedTurn], *, track: bool = True) -> tuple[list[str], set[str]]:
+                      turns: Sequence[Turn], *, track: bool = True) -> tuple[list[str], set[str]]:
     """Archive the turns; return every row id and the ids this call created (the rows to discard if the turn's
     commit is then refused)."""
     rows: list[Memory] = []

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from acn.common.conversation import SessionState
 from acn.common.models import MAX_VERSION, MessageList, Namespace
 from acn.compaction.limits import check_work
 from acn.compaction.session import CompactOptions, CompactResponse, check_llm_options, compact_state
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
-from acn.storage.sessions import SessionState
 
 
 class CompactRequest(Namespace, CompactOptions):

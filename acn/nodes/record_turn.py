@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
+from acn.common.conversation import SessionState, group_turns, number_messages
 from acn.common.errors import BusyError, ConflictError, ValidationError
 from acn.common.models import (
     MAX_TURN,
@@ -18,7 +19,6 @@ from acn.common.models import (
     parse_json_object,
 )
 from acn.compaction.limits import check_work
-from acn.compaction.segments import group_turns
 from acn.compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
 from acn.editing.edit import Edit, EditRules, edit_messages, redact_message
 from acn.memory.archive import archive_new_turns, discard_archive
@@ -26,7 +26,6 @@ from acn.memory.items import MemoryItem, WriteResult
 from acn.memory.write import extracted_items, write_items
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
-from acn.storage.sessions import SessionState
 
 
 class RecordTurnRequest(Namespace):
@@ -101,14 +100,11 @@ def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
 
 def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Message]:
     """Return the messages with turn numbers: a user message opens the next turn, others join it."""
-    turn = max(last_turn, 0)
     result = []
-    for message in messages:
-        if message.role == "user" or turn == 0:
-            turn = max(turn + 1, message.turn or 0)
-            if turn > MAX_TURN:
-                # model_copy does not validate: without this check a state that cannot be read back is stored.
-                raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
+    for turn, message in number_messages(messages, last_turn):
+        if turn > MAX_TURN:
+            # model_copy does not validate: without this check a state that cannot be read back is stored.
+            raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
         if redact:  # content, name, meta and tool-call arguments alike
             message = redact_message(message)[0]
         result.append(message.model_copy(update={"turn": turn}))

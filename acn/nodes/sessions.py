@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from acn.common.conversation import SessionState, VersionInfo
 from acn.common.models import MAX_VERSION, Message, Namespace, NodeResponse, Segment
 from acn.compaction.segment_lines import render_working_summary
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
 from acn.storage.memory_rows import QUERY_WINDOW
-from acn.storage.sessions import SessionState, VersionInfo
 
 
 class SessionStateRequest(Namespace):

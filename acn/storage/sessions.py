@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pydantic import Field
-
+from acn.common.conversation import SessionState, VersionInfo
 from acn.common.errors import ConflictError, LeaseLostError, NotFoundError
-from acn.common.models import Message, Namespace, Segment, StrictModel
+from acn.common.models import Namespace
 from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
 from acn.storage.coordination import Lease, RedisCoordinator
 from acn.storage.crypto import SnapshotCipher
@@ -46,27 +45,6 @@ class _SessionLock:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.users = 0
-
-
-class SessionState(StrictModel):
-    """The working state of one session at one version."""
-
-    version: int = 0
-    turn: int = Field(default=0, description="Number of the last recorded turn.")
-    buffer: list[Message] = Field(default_factory=list, description="Recent turns not yet compacted, verbatim.")
-    segments: list[Segment] = Field(default_factory=list, description="Compacted working state, oldest first.")
-    archived_turn: int = Field(default=0, description="Raw messages of turns up to this one are archived.")
-    reason: str = Field(default="", description="What produced this version.")
-    created_at: int = 0
-
-
-class VersionInfo(StrictModel):
-    version: int
-    created_at: int
-    reason: str
-    turn: int
-    buffer_messages: int
-    segments: int
 
 
 def session_spec(prefix: str) -> CollectionSpec:
