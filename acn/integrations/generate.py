@@ -39,6 +39,23 @@ TOOL_LABELS = {
     "assemble": ("Assemble Context", "组装上下文"),
     "record_turn": ("Record Turn", "记录本轮对话"),
 }
+# Dify Agent V2 external-memory callbacks (acn/nodes/external_memory.py): tools of the same provider whose
+# parameters and single JSON answer follow Dify's contract, not the generated node shape.
+EXTERNAL_MEMORY_TOOLS = {
+    "memory_prepare": ("External Memory: Prepare", "外部记忆：召回",
+                       {"query": {"type": "string"}, "max_bytes": {"type": "integer", "minimum": 512,
+                                                                 "maximum": 32768}}),
+    "memory_observe": ("External Memory: Observe", "外部记忆：记录",
+                       {"event_id": {"type": "string"},
+                        "event": {"type": "string", "enum": ["user_prompt", "model_response", "tool_call",
+                                                             "tool_result", "run_end"]},
+                        "sequence": {"type": "integer"}, "payload": {}, "metadata": {"type": "object"},
+                        "max_bytes": {"type": "integer", "minimum": 512, "maximum": 32768}}),
+}
+MEMORY_CONTEXT_SCHEMA = {"type": "object", "required": ["app_id", "subject_kind", "subject_id"],
+                         "properties": {"app_id": {"type": "string"},
+                                        "subject_kind": {"type": "string", "enum": ["user", "business"]},
+                                        "subject_id": {"type": "string"}}}
 # Secrets and optimistic-concurrency knobs are not tool parameters: the server's settings cover them.
 HIDDEN_PARAMETERS = {"llm", "expected_version", "half_life_hours"}
 # Wired to workflow variables (or filled by an agent's LLM); everything else is node configuration.
@@ -124,6 +141,10 @@ def dify_plugin_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
     for spec in specs:
         files[PLUGIN_DIR / "tools" / f"{spec.name}.yaml"] = _yaml(tool_declaration(spec))
         files[PLUGIN_DIR / "tools" / f"{spec.name}.py"] = tool_source(spec)
+    for name in EXTERNAL_MEMORY_TOOLS:
+        spec = nodes[name]
+        files[PLUGIN_DIR / "tools" / f"{name}.yaml"] = _yaml(external_memory_declaration(spec))
+        files[PLUGIN_DIR / "tools" / f"{name}.py"] = tool_source(spec, call="invoke_external_memory")
     return files
 
 
@@ -171,7 +192,8 @@ def provider_declaration(specs: list[NodeSpec]) -> dict[str, Any]:
                          "zh_Hans": "以 'Authorization: Bearer <key>' 发送；服务未配置密钥时留空。"},
             },
         },
-        "tools": [f"tools/{spec.name}.yaml" for spec in specs],
+        "tools": [f"tools/{spec.name}.yaml" for spec in specs] + [f"tools/{name}.yaml"
+                                                                   for name in EXTERNAL_MEMORY_TOOLS],
         "extra": {"python": {"source": f"provider/{PLUGIN_NAME}.py"}},
     }
 
@@ -185,6 +207,28 @@ def tool_declaration(spec: NodeSpec) -> dict[str, Any]:
                         "llm": spec.description.llm_en},
         "parameters": tool_parameters(spec),
         "output_schema": output_schema(spec),
+        "extra": {"python": {"source": f"tools/{spec.name}.py"}},
+    }
+
+
+def external_memory_declaration(spec: NodeSpec) -> dict[str, Any]:
+    """Return an external-memory callback's YAML: `memory_context` and `request` objects, as Dify's runtime
+    passes them (object parameters: a `string` one would reach the plugin as the dict's repr)."""
+    label_en, label_zh, request_properties = EXTERNAL_MEMORY_TOOLS[spec.name]
+    def parameter(name: str, en: str, zh: str, schema: dict[str, Any], help_en: str) -> dict[str, Any]:
+        return {"name": name, "type": "object", "required": True, "form": "llm",
+                "label": {"en_US": en, "zh_Hans": zh}, "human_description": {"en_US": help_en},
+                "llm_description": help_en, "input_schema": schema}
+    return {
+        "identity": {"name": spec.name, "author": AUTHOR, "label": {"en_US": label_en, "zh_Hans": label_zh}},
+        "description": {"human": {"en_US": spec.description.human_en, "zh_Hans": spec.description.human_zh},
+                        "llm": spec.description.llm_en},
+        "parameters": [
+            parameter("memory_context", "Memory context", "记忆上下文", MEMORY_CONTEXT_SCHEMA,
+                      "Filled in by Dify's Agent V2 runtime: app_id, subject_kind (user|business), subject_id."),
+            parameter("request", "Request", "请求", {"type": "object", "properties": request_properties},
+                      "Filled in by Dify's Agent V2 runtime (the callback's request)."),
+        ],
         "extra": {"python": {"source": f"tools/{spec.name}.py"}},
     }
 
@@ -266,7 +310,7 @@ def _non_null(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
-def tool_source(spec: NodeSpec) -> str:
+def tool_source(spec: NodeSpec, call: str = "invoke_node") -> str:
     """Return the tool's Python class: one Tool subclass per file, as the SDK's loader requires."""
     class_name = "".join(part.title() for part in spec.name.split("_")) + "Tool"
     return f'''"""Dify tool {spec.name}: POST /v1/nodes/{spec.name} on the Agent Context Nodes server (generated)."""
@@ -277,12 +321,12 @@ from typing import Any
 from dify_plugin import Tool
 from dify_plugin.entities.tool import ToolInvokeMessage
 
-from acn_client import invoke_node
+from acn_client import {call}
 
 
 class {class_name}(Tool):
     def _invoke(self, tool_parameters: dict[str, Any]) -> Generator[ToolInvokeMessage, None, None]:
-        yield from invoke_node(self, "{spec.name}", tool_parameters)
+        yield from {call}(self, "{spec.name}", tool_parameters)
 '''
 
 

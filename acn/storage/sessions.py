@@ -48,6 +48,11 @@ class _SessionLock:
         self.users = 0
 
 
+# A redelivery comes within seconds of the first attempt (Dify retries a run's callback, serialized per run):
+# remembering the last few hundred delivery ids per session covers it without growing the snapshot forever.
+OBSERVED_EVENTS_KEPT = 256
+
+
 class SessionState(StrictModel):
     """The working state of one session at one version."""
 
@@ -58,6 +63,9 @@ class SessionState(StrictModel):
     archived_turn: int = Field(default=0, description="Raw messages of turns up to this one are archived.")
     reason: str = Field(default="", description="What produced this version.")
     created_at: int = 0
+    observed_events: list[str] = Field(
+        default_factory=list, description="Delivery ids of the last external events recorded (Dify's external "
+        "memory observe), so a redelivered event is stored once; the newest OBSERVED_EVENTS_KEPT.")
 
 
 class VersionInfo(StrictModel):
