@@ -139,3 +139,18 @@ def test_bad_memory_context_is_refused(live_server: LiveServer) -> None:
     bad = {"app_id": "app 1", "subject_kind": "team", "subject_id": "u1"}
     response = live_server.post("memory_prepare", {"memory_context": bad, "request": {"query": "q"}})
     assert response.status_code == 422 and response.json()["code"] == "validation_error"
+
+
+def test_an_oversized_payload_is_cut_to_max_bytes_at_a_character_boundary(live_server: LiveServer) -> None:
+    tag = uuid.uuid4().hex[:8]
+    ctx, run = context(tag), f"run-{tag}"
+    text = "超长的工具输出🙂" * 600  # 14,400 UTF-8 bytes
+    body = {"memory_context": ctx, "request": {"event_id": f"big-{tag}", "event": "user_prompt", "sequence": 0,
+                                               "payload": {"text": text}, "metadata": {"run_id": run},
+                                               "max_bytes": 512}}
+    response = live_server.post("memory_observe", body)
+    assert response.status_code == 200 and response.json()["recorded"] is True, response.text
+    stored = session_turns(live_server, ctx, run)
+    assert len(stored) == 1
+    content = stored[0]["content"]
+    assert 500 <= len(content.encode("utf-8")) <= 512 and text.startswith(content)

@@ -69,6 +69,8 @@ class Daemon:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    streamed: list[bool] = field(default_factory=list)
+
     def answer(self, kind: str, request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         """Return the response chunks for one backwards invocation, or an error message."""
         if kind == "tool":
@@ -82,12 +84,20 @@ class Daemon:
         turn = int(m.group(1)) if (m := re.search(r"第(\d+)轮", query)) else 0
         with self.lock:
             self.prompts.append({"turn": turn, "messages": messages, "tools": request.get("tools") or []})
+            self.streamed.append(bool(request.get("stream")))
         tokens = sum(TOKENIZER.count_message(m) for m in messages)
         if "模型故障" in query:
             return [], "model openai/gpt-4o: rate limit exceeded (429)"
         if messages[-1]["role"] == "tool":
             message = {"role": "assistant", "content": f"第{turn}轮：订单已查到，共 30 件，状态已发货。",
                        "tool_calls": []}
+        elif "未知工具" in query:
+            message = {"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"call-{turn}", "type": "function", "function": {"name": "drop_database", "arguments": "{}"}}]}
+        elif "坏参数" in query:
+            message = {"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"call-{turn}", "type": "function", "function": {"name": "lookup_order",
+                                                                        "arguments": '{"order_id": "ORD-'}}]}
         elif "工具故障" in query:
             message = {"role": "assistant", "content": "", "tool_calls": [
                 {"id": f"call-{turn}", "type": "function",
@@ -99,8 +109,13 @@ class Daemon:
         else:
             message = {"role": "assistant", "content": f"第{turn}轮回答：" + "行程建议与注意事项已整理好，" * 6,
                        "tool_calls": []}
+        # Streamed as a model provider does: the text in two pieces, the usage on the last chunk.
+        half = len(message["content"]) // 2
+        pieces = [{**message, "content": message["content"][:half], "tool_calls": []},
+                  {**message, "content": message["content"][half:]}]
         return [{"model": "gpt-4o", "prompt_messages": [], "system_fingerprint": None,
-                 "delta": {"index": 0, "message": message, "usage": usage(tokens), "finish_reason": "stop"}}], ""
+                 "delta": {"index": i, "message": piece, "usage": usage(tokens) if i else None,
+                           "finish_reason": "stop" if i else None}} for i, piece in enumerate(pieces)], ""
 
 
 @pytest.fixture(scope="module")
@@ -144,11 +159,14 @@ TOOL = {"identity": {"author": "langgenius", "name": "lookup_order", "label": {"
 
 def parameters(server: LiveServer, query: str, **extra: Any) -> dict[str, Any]:
     """The strategy's parameters as Dify's Agent node sends them (model selector and tools resolved)."""
+    # No max_tokens: the budget defaults to half the model's context window (2 * BUDGET).
+    entity = {"model": "gpt-4o", "label": {"en_US": "gpt-4o"}, "model_type": "llm",
+              "features": ["tool-call", "multi-tool-call", "stream-tool-call"],
+              "model_properties": {"mode": "chat", "context_size": 2 * BUDGET}}
     return {"model": {"provider": "openai", "model": "gpt-4o", "mode": "chat", "completion_params": {},
-                      "history_prompt_messages": []},
+                      "history_prompt_messages": [], "entity": entity},
             "tools": [TOOL], "instruction": INSTRUCTION, "query": query, "maximum_iterations": 4,
-            "base_url": server.base_url, "api_key": server.api_key, "max_tokens": BUDGET,
-            "assembly_mode": "auto", **extra}
+            "base_url": server.base_url, "api_key": server.api_key, "assembly_mode": "auto", **extra}
 
 
 def run_strategy(tmp: Path, daemon: Daemon, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -189,6 +207,10 @@ def conversation(live_server: LiveServer, daemon: Daemon, tmp_path_factory: pyte
     runs += [{"parameters": parameters(live_server, f"第{TURNS + 1}轮：模型故障测试"), "app_id": app,
               "conversation_id": conv, "user_id": user},
              {"parameters": parameters(live_server, f"第{TURNS + 2}轮：工具故障测试"), "app_id": app,
+              "conversation_id": conv, "user_id": user},
+             {"parameters": parameters(live_server, f"第{TURNS + 3}轮：未知工具测试"), "app_id": app,
+              "conversation_id": conv, "user_id": user},
+             {"parameters": parameters(live_server, f"第{TURNS + 4}轮：坏参数测试"), "app_id": app,
               "conversation_id": conv, "user_id": user}]
     return Conversation(run_strategy(tmp_path_factory.mktemp("strategy"), daemon, runs), app, conv, user)
 
@@ -238,6 +260,7 @@ def test_sixty_turns_stay_under_the_budget_while_plain_history_outgrows_it(conve
     print(f"\ntokens per call with the strategy: max {max(sent)}, last {sent[-1]}; plain history: turn 1 "
           f"{plain[0]}, turn 30 {plain[29]}, turn 60 {plain[-1]} (budget {BUDGET})")
     assert max(sent) <= BUDGET
+    assert all(daemon.streamed)  # the model declares stream-tool-call: every call streams
     assert plain[-1] > 3 * BUDGET and sum(t > BUDGET for t in plain) > TURNS // 2
 
 
@@ -266,7 +289,7 @@ def test_every_turn_is_stored_once_and_old_tool_results_are_shrunk(conversation:
     ns = {"agent_id": conversation.app, "session_id": conversation.conversation}
     state = live_server.post("session_state", ns)
     assert state.status_code == 200, state.text
-    assert state.json()["turn"] == TURNS  # the two failed runs stored nothing
+    assert state.json()["turn"] == TURNS  # the four failed runs stored nothing
     archived = requests.get(f"{live_server.base_url}/v1/memories", timeout=60,
                             params={**ns, "kinds": "turn", "limit": 1000},
                             headers={"Authorization": f"Bearer {live_server.api_key}"}).json()["memories"]
@@ -285,7 +308,9 @@ def test_every_turn_is_stored_once_and_old_tool_results_are_shrunk(conversation:
 
 
 def test_a_model_or_tool_error_ends_the_run_with_a_clear_message(conversation: Conversation) -> None:
-    model_error, tool_error = conversation.report["runs"][TURNS:]
+    model_error, tool_error, unknown_tool, bad_arguments = conversation.report["runs"][TURNS:]
+    assert unknown_tool["error"].startswith("AgentRunError: Agent that remembers: the model called 'drop_database'")
+    assert "not JSON" in bad_arguments["error"] and "nothing stored" in bad_arguments["error"]
     assert model_error["error"].startswith("AgentRunError: Agent that remembers: the model call failed, nothing "
                                            "stored") and "rate limit exceeded (429)" in model_error["error"]
     assert tool_error["error"].startswith("AgentRunError: Agent that remembers: tool lookup_order failed, nothing "
@@ -310,3 +335,30 @@ def test_the_two_packages_hold_what_the_daemon_accepts(tmp_path: Path) -> None:
         assert manifest["author"] == AUTHOR and manifest["meta"]["minimum_dify_version"] == "1.9.0"
         assert len([kind for kind in ("tools", "agent_strategies") if manifest["plugins"].get(kind)]) == 1
     assert manifests[1]["resource"]["permission"]["model"] == {"enabled": True, "llm": True}
+
+
+# dify-plugin-daemon's agent_declaration.go: the parameter types an agent strategy may declare.
+DAEMON_STRATEGY_TYPES = {"string", "number", "boolean", "select", "secret-input", "file", "files", "app-selector",
+                         "model-selector", "array[tools]", "any"}
+
+
+def test_the_strategy_declaration_follows_the_daemon_rules() -> None:
+    def load(path: Path) -> Any:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+    manifest = load(STRATEGY_DIR / "manifest.yaml")
+    assert re.fullmatch(r"[a-z0-9_-]{1,128}", manifest["name"]) and manifest["type"] == "plugin"
+    assert manifest["meta"]["runner"] == {"language": "python", "version": "3.12", "entrypoint": "main"}
+    assert set(manifest["plugins"]) == {"agent_strategies"}
+    assert (STRATEGY_DIR / manifest["privacy"]).is_file() and (STRATEGY_DIR / "_assets" / manifest["icon"]).is_file()
+    provider = load(STRATEGY_DIR / manifest["plugins"]["agent_strategies"][0])
+    assert provider["identity"]["author"] == AUTHOR and (STRATEGY_DIR / provider["extra"]["python"]["source"]).is_file()
+    for path in provider["strategies"]:
+        strategy = load(STRATEGY_DIR / path)
+        assert (STRATEGY_DIR / strategy["extra"]["python"]["source"]).is_file()
+        for parameter in strategy["parameters"]:
+            assert parameter["type"] in DAEMON_STRATEGY_TYPES, parameter
+            assert parameter["label"]["en_US"] and parameter["label"]["zh_Hans"]
+        # The server key is a secret input (masked in the editor), never a plain string.
+        kinds = {p["name"]: p["type"] for p in strategy["parameters"]}
+        assert kinds["api_key"] == "secret-input" and kinds["base_url"] == "string"

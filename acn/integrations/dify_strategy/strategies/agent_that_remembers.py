@@ -12,7 +12,7 @@ from typing import Any
 
 from dify_plugin.entities.agent import AgentInvokeMessage
 from dify_plugin.entities.model import ModelFeature, ModelPropertyKey
-from dify_plugin.entities.model.llm import LLMModelConfig, LLMResult, LLMResultChunk, LLMUsage
+from dify_plugin.entities.model.llm import LLMModelConfig, LLMResult, LLMUsage
 from dify_plugin.entities.model.message import (
     AssistantPromptMessage,
     PromptMessage,
@@ -195,19 +195,19 @@ class AgentThatRemembersStrategy(AgentStrategy):
         text = ""
         calls: list[tuple[str, str, Any]] = []
         usage: LLMUsage | None = None
-        chunks: list[LLMResultChunk] = [] if isinstance(result, LLMResult) else list(result)
-        messages = [result.message] if isinstance(result, LLMResult) else [c.delta.message for c in chunks]
-        for message in messages:
+        if isinstance(result, LLMResult):
+            messages: Any = [(result.message, result.usage)]
+        else:
+            messages = ((chunk.delta.message, chunk.delta.usage) for chunk in result)
+        for message, chunk_usage in messages:
+            usage = chunk_usage or usage
             calls += [(c.id, c.function.name, parse_arguments(c.function.arguments)) for c in message.tool_calls]
             piece = message.content if isinstance(message.content, str) else "".join(
                 getattr(part, "data", "") for part in message.content or [])
             text += piece
-        for chunk in chunks:
-            usage = chunk.delta.usage or usage
-        if isinstance(result, LLMResult):
-            usage = result.usage
-        if text and not calls:
-            yield self.create_text_message(text)
+            # Streamed as it comes while the model is answering (a tool-calling round shows in the logs instead).
+            if piece and not calls:
+                yield self.create_text_message(piece)
         return text, calls, usage
 
     def _call_tool(self, round_log: AgentInvokeMessage, tools: dict[str, ToolEntity], call_id: str, name: str,
