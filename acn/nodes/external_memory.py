@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from acn.common.models import IDENTIFIER_PATTERN, Message, Namespace, NodeResponse
 from acn.compaction.record import RecordTurnRequest, record
@@ -55,11 +55,21 @@ class PrepareBody(DifyShape):
     max_bytes: int = Field(default=8000, ge=MIN_BYTES, le=MAX_BYTES, description="Most UTF-8 bytes to answer.")
 
 
+def as_payload_object(value: Any) -> Any:
+    """Return the payload as an object: the contract does not fix its shape, so plain text and other JSON values
+    are wrapped rather than refused (a refusal would disable memory for the rest of the run)."""
+    if value is None or isinstance(value, dict):
+        return value
+    return {"text": value} if isinstance(value, str) else {"value": value}
+
+
 class ObserveBody(DifyShape):
     event_id: str = Field(min_length=1, max_length=200, description="Delivery id: a retried event repeats it.")
     event: Literal["user_prompt", "model_response", "tool_call", "tool_result", "run_end"]
     sequence: int = Field(default=0, ge=0, description="Order of the event within its run.")
-    payload: Any = Field(default=None, description="The event's content (text or a JSON value), bounded by Dify.")
+    payload: Annotated[dict[str, Any] | None, BeforeValidator(as_payload_object)] = Field(
+        default=None, description="The event's content, bounded by Dify: an object (text alone is taken as "
+                                  "{\"text\": …}, any other JSON value as {\"value\": …}).")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Run facts Dify adds (run id when given).")
     max_bytes: int = Field(default=8192, ge=MIN_BYTES, le=MAX_BYTES, description="Most UTF-8 bytes kept.")
 
@@ -136,14 +146,11 @@ def run_session(metadata: dict[str, Any]) -> str:
     return DEFAULT_RUN
 
 
-def payload_text(payload: Any, keys: tuple[str, ...]) -> str:
-    """Return the payload's text: a string as is, else the first string field named in keys, else its JSON."""
-    if isinstance(payload, str):
-        return payload
-    if isinstance(payload, dict):
-        for key in keys:
-            if isinstance(payload.get(key), str):
-                return str(payload[key])
+def payload_text(payload: dict[str, Any] | None, keys: tuple[str, ...]) -> str:
+    """Return the payload's text: the first string field named in keys, else the payload as JSON."""
+    for key in keys:
+        if isinstance((payload or {}).get(key), str):
+            return str((payload or {})[key])
     return "" if payload is None else json.dumps(payload, ensure_ascii=False, sort_keys=True)
 
 
@@ -156,7 +163,7 @@ def bounded(text: str, max_bytes: int) -> str:
 def event_message(body: ObserveBody) -> Message | None:
     """Return the message an event adds to its session (None for run_end)."""
     payload = body.payload
-    fields = payload if isinstance(payload, dict) else {}
+    fields = payload or {}
     meta = {"source": "dify_external_memory", "event": body.event, "event_id": body.event_id,
             "sequence": body.sequence}
     name = str(fields.get("tool_name") or fields.get("name") or "tool")[:128]
