@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from acn.common.pack import VERSION as PACK_VERSION
-from acn.integrations.generate import PLUGIN_DIR, TOOL_NODES, dify_plugin_files
+from acn.integrations.generate import EXTERNAL_MEMORY_TOOLS, PLUGIN_DIR, TOOL_NODES, dify_plugin_files
 from acn.integrations.package_dify import build
 from acn.nodes import all_nodes
 from tests.integration_support import LiveServer, run_py312
@@ -58,10 +58,24 @@ def test_manifest_and_declarations_follow_the_daemon_rules() -> None:
     assert set(provider["credentials_for_provider"]) == {"base_url", "api_key"}
     assert provider["credentials_for_provider"]["api_key"]["type"] == "secret-input"
     expected = [name for name in all_nodes() if name in TOOL_NODES]
-    assert provider["tools"] == [f"tools/{name}.yaml" for name in expected]
+    assert provider["tools"] == [f"tools/{name}.yaml" for name in [*expected, *EXTERNAL_MEMORY_TOOLS]]
     assert set(expected) == set(TOOL_NODES), "every context node must be a Dify tool"
     for path in provider["tools"]:
-        check_tool(load(PLUGIN_DIR / path))
+        tool = load(PLUGIN_DIR / path)
+        if tool["identity"]["name"] in EXTERNAL_MEMORY_TOOLS:
+            check_external_memory_tool(tool)
+        else:
+            check_tool(tool)
+
+
+def check_external_memory_tool(tool: dict[str, Any]) -> None:
+    """Dify's external-memory contract: two object parameters the runtime fills, one JSON message back."""
+    assert [p["name"] for p in tool["parameters"]] == ["memory_context", "request"]
+    # An object parameter reaches the plugin as the object; a `string` one would arrive as the dict's repr.
+    assert all(p["type"] == "object" and p["required"] for p in tool["parameters"])
+    assert tool["identity"]["label"]["en_US"] and tool["identity"]["label"]["zh_Hans"]
+    assert (PLUGIN_DIR / tool["extra"]["python"]["source"]).is_file()
+    assert "output_schema" not in tool  # the answer is the JSON message, not workflow variables
 
 
 def check_tool(tool: dict[str, Any]) -> None:
@@ -93,7 +107,8 @@ def test_package_holds_the_plugin_with_manifest_at_the_root(tmp_path: Path) -> N
         names = archive.namelist()
     assert "manifest.yaml" in names and "_assets/icon.svg" in names and "main.py" in names
     assert all("\\" not in n and "__pycache__" not in n and not n.endswith(".pyc") for n in names)
-    assert {f"tools/{t}.py" for t in TOOL_NODES} | {f"tools/{t}.yaml" for t in TOOL_NODES} <= set(names)
+    tools = [*TOOL_NODES, *EXTERNAL_MEMORY_TOOLS]
+    assert {f"tools/{t}.py" for t in tools} | {f"tools/{t}.yaml" for t in tools} <= set(names)
 
 
 def scenario(ns: dict[str, str]) -> list[dict[str, Any]]:
@@ -107,6 +122,7 @@ def scenario(ns: dict[str, str]) -> list[dict[str, Any]]:
         long_talk += [{"role": "user", "content": f"第{i}步：把批次 B-{100 + i} 的数量设为 {i * 7} 件"},
                       {"role": "assistant", "content": f"已记录批次 B-{100 + i}，数量 {i * 7} 件。"}]
     return [
+        *external_memory_steps(ns),
         {"tool": "record_turn", "parameters": {**ns, "messages": json.dumps(turn, ensure_ascii=False)}},
         {"tool": "memory_write", "parameters": {**ns, "items": json.dumps(
             [{"kind": "preference", "content": "用户希望回答简短，只给结论", "key": "answer_style"}],
@@ -120,6 +136,28 @@ def scenario(ns: dict[str, str]) -> list[dict[str, Any]]:
         {"tool": "compact", "parameters": {"agent_id": ns["agent_id"], "session_id": ns["session_id"] + "-c",
                                            "messages": json.dumps(long_talk, ensure_ascii=False),
                                            "force": True, "persist": False, "keep_recent": 2}},
+    ]
+
+
+def external_memory_steps(ns: dict[str, str]) -> list[dict[str, Any]]:
+    """Agent V2 external memory as Dify's runtime calls it: objects for memory_context and request."""
+    context = {"app_id": ns["agent_id"] + "-v2", "subject_kind": "user", "subject_id": "u-42"}
+    prompt = "请记住：我只喝无糖饮料🥤，出差预算每晚不超过 600 元🏨"
+    observe = {"event_id": "evt-1", "event": "user_prompt", "sequence": 0, "payload": {"text": prompt},
+               "metadata": {"run_id": ns["session_id"] + "-run"}, "max_bytes": 8192}
+    query = {"query": "我喝什么饮料？预算多少？"}
+    return [
+        {"tool": "memory_observe", "parameters": {"memory_context": context, "request": observe}},
+        {"tool": "memory_observe", "parameters": {"memory_context": context, "request": observe}},  # redelivery
+        {"tool": "memory_prepare", "parameters": {"memory_context": context,
+                                                  "request": {**query, "max_bytes": 512}}},
+        # A JSON string of the objects is accepted too.
+        {"tool": "memory_prepare", "parameters": {"memory_context": json.dumps(context),
+                                                  "request": json.dumps({**query, "max_bytes": 32768})}},
+        {"tool": "memory_prepare", "parameters": {"memory_context": {**context, "subject_id": "nobody"},
+                                                  "request": {**query, "max_bytes": 512}}},
+        {"tool": "memory_prepare", "parameters": {"memory_context": {**context, "subject_kind": "team"},
+                                                  "request": {**query, "max_bytes": 512}}},
     ]
 
 
@@ -141,7 +179,8 @@ def test_sdk_loads_the_package(sdk_report: dict[str, Any]) -> None:
     assert sdk_report["plugin"] == {"name": "agent_context_nodes", "author": "agent-context-nodes",
                                     "version": PACK_VERSION}
     assert sdk_report["providers"] == ["agent_context_nodes"]
-    assert sorted(sdk_report["tools"]) == sorted(TOOL_NODES) == sdk_report["registered_tools"]
+    assert sorted(sdk_report["tools"]) == sorted([*TOOL_NODES, *EXTERNAL_MEMORY_TOOLS]) == \
+        sdk_report["registered_tools"]
     for tool in sdk_report["tools"].values():
         assert set(tool["labels"]) >= {"en_US", "zh_Hans"}
 
@@ -154,7 +193,7 @@ def test_credentials_are_checked_against_the_server(sdk_report: dict[str, Any]) 
 
 
 def test_every_tool_returns_its_declared_typed_outputs(sdk_report: dict[str, Any]) -> None:
-    invoked = {step["tool"]: step for step in sdk_report["invocations"]}
+    invoked = {step["tool"]: step for step in sdk_report["invocations"] if step["tool"] in TOOL_NODES}
     assert sorted(invoked) == sorted(TOOL_NODES)
     for name, step in invoked.items():
         assert step["error"] == "", f"{name}: {step['error']}"
@@ -163,13 +202,30 @@ def test_every_tool_returns_its_declared_typed_outputs(sdk_report: dict[str, Any
         assert len(step["json"]) == 1 and step["json"][0]["ok"] is True and len(step["text"]) == 1
 
 
+def test_external_memory_answers_one_contract_json_message(sdk_report: dict[str, Any]) -> None:
+    steps = [step for step in sdk_report["invocations"] if step["tool"] in EXTERNAL_MEMORY_TOOLS]
+    observed, redelivered, small, large, empty, bad = steps
+    for step in (observed, redelivered):
+        assert step["error"] == "" and step["json"] == [{"status": "accepted"}]
+        assert step["variables"] == {} and step["text"] == []
+    for step, max_bytes in ((small, 512), (large, 32768)):
+        assert step["error"] == "" and len(step["json"]) == 1 and step["variables"] == {} and step["text"] == []
+        answer = step["json"][0]
+        assert set(answer) == {"status", "content", "content_bytes"} and answer["status"] == "ready"
+        assert answer["content_bytes"] == len(answer["content"].encode("utf-8")) <= max_bytes
+        assert "🥤" in answer["content"] and "600" in answer["content"]
+    assert empty["json"] == [{"status": "empty", "content": None, "content_bytes": 0}]
+    # A provider error: the tool fails (Dify disables the callback for the run) with the server's reason.
+    assert bad["json"] == [] and "validation_error" in bad["error"] and "subject_kind" in bad["error"]
+
+
 def test_tool_outputs_carry_the_conversation(sdk_report: dict[str, Any]) -> None:
-    out = {step["tool"]: step["variables"] for step in sdk_report["invocations"]}
+    out = {step["tool"]: step["variables"] for step in sdk_report["invocations"] if step["tool"] in TOOL_NODES}
     assert out["record_turn"]["version"] >= 1 and out["record_turn"]["turn"] == 1
     assert out["memory_write"]["results"][0]["action"] == "added"
     # The retrieved block is the tool node's built-in `text` output (the text message), not a variable of that
     # name: daemons before 0.3.0 refuse an output schema naming `text` (dify#16150), newer ones shadow it.
-    texts = {step["tool"]: step["text"] for step in sdk_report["invocations"]}
+    texts = {step["tool"]: step["text"] for step in sdk_report["invocations"] if step["tool"] in TOOL_NODES}
     assert "回答简短" in texts["memory_retrieve"][0] and out["memory_retrieve"]["triggered"] is True
     assert not {"text", "files", "json"} & set(out["memory_retrieve"])
     for schema in sdk_report["output_schemas"].values():

@@ -78,6 +78,11 @@ def protected_start(messages: list[Message], protect_last: int) -> int:
     return starts[-protect_last] if len(starts) >= protect_last else starts[0]
 
 
+# A redelivery comes within seconds of the first attempt (Dify retries a run's callback, serialized per run):
+# remembering the last few hundred delivery ids per session covers it without growing the snapshot forever.
+OBSERVED_EVENTS_KEPT = 256
+
+
 class SessionState(StrictModel):
     """The working state of one session at one version."""
 
@@ -88,6 +93,9 @@ class SessionState(StrictModel):
     archived_turn: int = Field(default=0, description="Raw messages of turns up to this one are archived.")
     reason: str = Field(default="", description="What produced this version.")
     created_at: int = 0
+    observed_events: list[str] = Field(
+        default_factory=list, description="Delivery ids of the last external events recorded (Dify's external "
+        "memory observe), so a redelivered event is stored once; the newest OBSERVED_EVENTS_KEPT.")
 
 
 # One stored version of a session's state, as the version list shows it (no docstring: it would become the

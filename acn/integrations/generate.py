@@ -20,6 +20,12 @@ from acn.nodes.spec import NodeSpec
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent  # the checkout: dist/ goes there
 PLUGIN_DIR = HERE / "dify_plugin"
+# The agent strategy is a plugin of its own: the daemon refuses a plugin declaring both tools and agent strategies
+# ("agent_strategy and tool, model, endpoint, trigger, or datasource cannot be provided at the same time",
+# dify-plugin-daemon pkg/entities/plugin_entities/plugin_declaration.go).
+STRATEGY_DIR = HERE / "dify_strategy"
+STRATEGY_PLUGIN = "agent_that_remembers"
+STRATEGY_NAME = "agent_that_remembers"
 COZE_DIR = HERE / "coze"
 # The daemon wants lowercase [a-z0-9_-] for author and name; these match PACK.
 AUTHOR = PACK["author"]
@@ -39,6 +45,23 @@ TOOL_LABELS = {
     "assemble": ("Assemble Context", "组装上下文"),
     "record_turn": ("Record Turn", "记录本轮对话"),
 }
+# Dify Agent V2 external-memory callbacks (acn/nodes/external_memory.py): tools of the same provider whose
+# parameters and single JSON answer follow Dify's contract, not the generated node shape.
+EXTERNAL_MEMORY_TOOLS = {
+    "memory_prepare": ("External Memory: Prepare", "外部记忆：召回",
+                       {"query": {"type": "string"}, "max_bytes": {"type": "integer", "minimum": 512,
+                                                                 "maximum": 32768}}),
+    "memory_observe": ("External Memory: Observe", "外部记忆：记录",
+                       {"event_id": {"type": "string"},
+                        "event": {"type": "string", "enum": ["user_prompt", "model_response", "tool_call",
+                                                             "tool_result", "run_end"]},
+                        "sequence": {"type": "integer"}, "payload": {}, "metadata": {"type": "object"},
+                        "max_bytes": {"type": "integer", "minimum": 512, "maximum": 32768}}),
+}
+MEMORY_CONTEXT_SCHEMA = {"type": "object", "required": ["app_id", "subject_kind", "subject_id"],
+                         "properties": {"app_id": {"type": "string"},
+                                        "subject_kind": {"type": "string", "enum": ["user", "business"]},
+                                        "subject_id": {"type": "string"}}}
 # Secrets and optimistic-concurrency knobs are not tool parameters: the server's settings cover them.
 HIDDEN_PARAMETERS = {"llm", "expected_version", "half_life_hours"}
 # Wired to workflow variables (or filled by an agent's LLM); everything else is node configuration.
@@ -109,6 +132,7 @@ def tool_nodes(nodes: dict[str, NodeSpec]) -> list[NodeSpec]:
 def integration_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
     """Return every generated integration file's path and exact text."""
     files = dify_plugin_files(nodes)
+    files.update(dify_strategy_files())
     files.update(coze_files(nodes))
     return files
 
@@ -124,6 +148,10 @@ def dify_plugin_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
     for spec in specs:
         files[PLUGIN_DIR / "tools" / f"{spec.name}.yaml"] = _yaml(tool_declaration(spec))
         files[PLUGIN_DIR / "tools" / f"{spec.name}.py"] = tool_source(spec)
+    for name in EXTERNAL_MEMORY_TOOLS:
+        spec = nodes[name]
+        files[PLUGIN_DIR / "tools" / f"{name}.yaml"] = _yaml(external_memory_declaration(spec))
+        files[PLUGIN_DIR / "tools" / f"{name}.py"] = tool_source(spec, call="invoke_external_memory")
     return files
 
 
@@ -171,7 +199,8 @@ def provider_declaration(specs: list[NodeSpec]) -> dict[str, Any]:
                          "zh_Hans": "以 'Authorization: Bearer <key>' 发送；服务未配置密钥时留空。"},
             },
         },
-        "tools": [f"tools/{spec.name}.yaml" for spec in specs],
+        "tools": [f"tools/{spec.name}.yaml" for spec in specs] + [f"tools/{name}.yaml"
+                                                                   for name in EXTERNAL_MEMORY_TOOLS],
         "extra": {"python": {"source": f"provider/{PLUGIN_NAME}.py"}},
     }
 
@@ -185,6 +214,28 @@ def tool_declaration(spec: NodeSpec) -> dict[str, Any]:
                         "llm": spec.description.llm_en},
         "parameters": tool_parameters(spec),
         "output_schema": output_schema(spec),
+        "extra": {"python": {"source": f"tools/{spec.name}.py"}},
+    }
+
+
+def external_memory_declaration(spec: NodeSpec) -> dict[str, Any]:
+    """Return an external-memory callback's YAML: `memory_context` and `request` objects, as Dify's runtime
+    passes them (object parameters: a `string` one would reach the plugin as the dict's repr)."""
+    label_en, label_zh, request_properties = EXTERNAL_MEMORY_TOOLS[spec.name]
+    def parameter(name: str, en: str, zh: str, schema: dict[str, Any], help_en: str) -> dict[str, Any]:
+        return {"name": name, "type": "object", "required": True, "form": "llm",
+                "label": {"en_US": en, "zh_Hans": zh}, "human_description": {"en_US": help_en},
+                "llm_description": help_en, "input_schema": schema}
+    return {
+        "identity": {"name": spec.name, "author": AUTHOR, "label": {"en_US": label_en, "zh_Hans": label_zh}},
+        "description": {"human": {"en_US": spec.description.human_en, "zh_Hans": spec.description.human_zh},
+                        "llm": spec.description.llm_en},
+        "parameters": [
+            parameter("memory_context", "Memory context", "记忆上下文", MEMORY_CONTEXT_SCHEMA,
+                      "Filled in by Dify's Agent V2 runtime: app_id, subject_kind (user|business), subject_id."),
+            parameter("request", "Request", "请求", {"type": "object", "properties": request_properties},
+                      "Filled in by Dify's Agent V2 runtime (the callback's request)."),
+        ],
         "extra": {"python": {"source": f"tools/{spec.name}.py"}},
     }
 
@@ -266,7 +317,7 @@ def _non_null(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
-def tool_source(spec: NodeSpec) -> str:
+def tool_source(spec: NodeSpec, call: str = "invoke_node") -> str:
     """Return the tool's Python class: one Tool subclass per file, as the SDK's loader requires."""
     class_name = "".join(part.title() for part in spec.name.split("_")) + "Tool"
     return f'''"""Dify tool {spec.name}: POST /v1/nodes/{spec.name} on the Agent Context Nodes server (generated)."""
@@ -277,13 +328,107 @@ from typing import Any
 from dify_plugin import Tool
 from dify_plugin.entities.tool import ToolInvokeMessage
 
-from acn_client import invoke_node
+from acn_client import {call}
 
 
 class {class_name}(Tool):
     def _invoke(self, tool_parameters: dict[str, Any]) -> Generator[ToolInvokeMessage, None, None]:
-        yield from invoke_node(self, "{spec.name}", tool_parameters)
+        yield from {call}(self, "{spec.name}", tool_parameters)
 '''
+
+
+# -- Dify agent strategy plugin --------------------------------------------------------------
+
+
+def dify_strategy_files() -> dict[Path, str]:
+    """Return the strategy plugin's declarations and the files it shares with the tool plugin (one source)."""
+    files = {STRATEGY_DIR / "manifest.yaml": _yaml(strategy_manifest()),
+             STRATEGY_DIR / "provider" / f"{STRATEGY_PLUGIN}.yaml": _yaml(strategy_provider()),
+             STRATEGY_DIR / "strategies" / f"{STRATEGY_NAME}.yaml": _yaml(strategy_declaration())}
+    for shared in ("acn_client.py", "PRIVACY.md", "requirements.txt", "_assets/icon.svg"):
+        files[STRATEGY_DIR / shared] = (PLUGIN_DIR / shared).read_text(encoding="utf-8")
+    return files
+
+
+STRATEGY_LABEL = {"en_US": "Agent that remembers", "zh_Hans": "会记忆的 Agent"}
+STRATEGY_DESCRIPTION = {
+    "en_US": "A function-calling agent whose every model call is assembled under a token budget by Agent Context "
+             "Nodes (identity, memory, working state, recent turns, input) instead of the raw history; every "
+             "turn is stored and compacted on your server.",
+    "zh_Hans": "函数调用型 Agent：每次调用模型前由 Agent Context Nodes 在 token 预算内组装上下文"
+               "（身份、记忆、工作状态、最近轮次、输入），而不是原始历史；每轮对话都保存并在你的服务上压缩。",
+}
+
+
+def strategy_manifest() -> dict[str, Any]:
+    """Return the strategy plugin's manifest: agent_strategies only, model.llm and tool permissions."""
+    manifest = plugin_manifest()
+    manifest.update({
+        "name": STRATEGY_PLUGIN, "label": STRATEGY_LABEL, "description": STRATEGY_DESCRIPTION,
+        "resource": {"memory": 268435456, "permission": {"tool": {"enabled": True},
+                                                         "model": {"enabled": True, "llm": True}}},
+        "plugins": {"agent_strategies": [f"provider/{STRATEGY_PLUGIN}.yaml"]},
+        "tags": ["agent"],
+    })
+    return manifest
+
+
+def strategy_provider() -> dict[str, Any]:
+    return {"identity": {"author": AUTHOR, "name": STRATEGY_PLUGIN, "label": STRATEGY_LABEL,
+                         "description": STRATEGY_DESCRIPTION, "icon": "icon.svg"},
+            "strategies": [f"strategies/{STRATEGY_NAME}.yaml"],
+            "extra": {"python": {"source": f"provider/{STRATEGY_PLUGIN}.py"}}}
+
+
+def _param(name: str, kind: str, en: str, zh: str, *, required: bool = False, help_en: str = "",
+           help_zh: str = "", **extra: Any) -> dict[str, Any]:
+    parameter: dict[str, Any] = {"name": name, "type": kind, "required": required,
+                                 "label": {"en_US": en, "zh_Hans": zh}}
+    if help_en:
+        parameter["help"] = {"en_US": help_en, "zh_Hans": help_zh or help_en}
+    parameter.update(extra)
+    return parameter
+
+
+def strategy_declaration() -> dict[str, Any]:
+    """Return the strategy YAML: Dify's usual agent parameters (as cot_agent's FunctionCalling declares them),
+    then the server and the memory scope, budget and assembly mode. No `history-messages` feature: the history
+    comes from the server's session, assembled under the budget."""
+    modes = ["auto", "snapshot", "focused", "streaming"]
+    return {
+        "identity": {"name": STRATEGY_NAME, "author": AUTHOR, "label": STRATEGY_LABEL},
+        "description": STRATEGY_DESCRIPTION,
+        "parameters": [
+            _param("model", "model-selector", "Model", "模型", required=True, scope="tool-call&llm"),
+            _param("tools", "array[tools]", "Tool list", "工具列表"),
+            _param("instruction", "string", "Instruction", "指令", required=True,
+                   auto_generate={"type": "prompt_instruction"}, template={"enabled": True}),
+            _param("query", "string", "Query", "查询", required=True),
+            _param("maximum_iterations", "number", "Maximum Iterations", "最大迭代次数", required=True,
+                   default=5, min=1, max=50),
+            _param("base_url", "string", "Server base URL", "服务地址", required=True,
+                   help_en="Where the Agent Context Nodes server listens, as seen from the plugin daemon.",
+                   help_zh="插件守护进程访问 Agent Context Nodes 服务的地址。"),
+            _param("api_key", "secret-input", "API key", "API 密钥",
+                   help_en="One of the server's ACN_API_KEYS; empty if the server has none.",
+                   help_zh="服务 ACN_API_KEYS 中的一个；服务未配置密钥时留空。"),
+            _param("max_tokens", "number", "Context budget (tokens)", "上下文预算（token）", min=64,
+                   help_en="Most tokens the assembled context may take per model call; default: half the model's "
+                           "context window.",
+                   help_zh="每次调用模型时组装上下文的最大 token 数；默认取模型窗口的一半。"),
+            _param("assembly_mode", "select", "Assembly mode", "组装模式", default="auto",
+                   options=[{"value": m, "label": {"en_US": m}} for m in modes],
+                   help_en="auto picks snapshot or focused; focused retrieves memories and archived turns for the "
+                           "query.", help_zh="auto 自动选择 snapshot 或 focused；focused 按提问检索记忆与归档原话。"),
+            _param("agent_id", "string", "Agent ID", "智能体 ID",
+                   help_en="Memory scope; default: the app.", help_zh="记忆范围；默认为应用。"),
+            _param("user_id", "string", "User ID", "用户 ID",
+                   help_en="Memory scope; default: Dify's user.", help_zh="记忆范围；默认为 Dify 用户。"),
+            _param("session_id", "string", "Session ID", "会话 ID",
+                   help_en="Memory scope; default: the conversation.", help_zh="记忆范围；默认为当前会话。"),
+        ],
+        "extra": {"python": {"source": f"strategies/{STRATEGY_NAME}.py"}},
+    }
 
 
 # -- Coze ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Build the Dify plugin package: `python -m acn.integrations.package_dify [-o dist/x.difypkg]`.
+"""Build the Dify plugin packages: `python -m acn.integrations.package_dify [-o dist/x.difypkg]`.
 
 A .difypkg is a zip of the plugin directory with manifest.yaml at its root and forward-slash paths, minus the
 .difyignore patterns — what `dify plugin package` writes (read from dify-plugin-daemon's packager; the Go CLI
@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 from acn.common.pack import PACK
-from acn.integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT
+from acn.integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT, STRATEGY_DIR, STRATEGY_PLUGIN
 
 # dify-plugin-daemon's default MAX_PLUGIN_PACKAGE_SIZE (uncompressed).
 MAX_BYTES = 52_428_800
@@ -61,12 +61,16 @@ def build(output: Path, plugin_dir: Path = PLUGIN_DIR) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the two packages: the tools (context nodes and the external-memory callbacks) and the agent strategy
+    (the daemon refuses one plugin declaring both)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = ROOT / "dist" / f"{PLUGIN_NAME}-{PACK['version']}.difypkg"
     parser.add_argument("-o", "--output", type=Path, default=default)
+    parser.add_argument("--strategy-output", type=Path,
+                        default=ROOT / "dist" / f"{STRATEGY_PLUGIN}-{PACK['version']}.difypkg")
     args = parser.parse_args(argv)
-    path = build(args.output)
-    print(f"wrote {path} ({path.stat().st_size} bytes)")
+    for path in (build(args.output), build(args.strategy_output, STRATEGY_DIR)):
+        print(f"wrote {path} ({path.stat().st_size} bytes)")
     return 0
 
 

@@ -15,6 +15,7 @@ NODE_MODULES = (
     "acn.nodes.assemble",
     "acn.nodes.record_turn",
     "acn.nodes.sessions",
+    "acn.nodes.external_memory",
 )
 
 

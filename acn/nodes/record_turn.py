@@ -2,154 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import BeforeValidator, Field
-
-from acn.common.conversation import SessionState, group_turns, number_messages
-from acn.common.errors import BusyError, ConflictError, ValidationError
-from acn.common.models import (
-    MAX_TURN,
-    MAX_VERSION,
-    Message,
-    MessageList,
-    Namespace,
-    NodeResponse,
-    StrictModel,
-    parse_json_object,
-)
-from acn.compaction.limits import check_work
-from acn.compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
-from acn.editing.edit import Edit, EditRules, edit_messages, redact_message
-from acn.memory.archive import archive_new_turns, discard_archive
-from acn.memory.items import MemoryItem, WriteResult
-from acn.memory.write import extracted_items, write_items
+from acn.common.errors import PackError
+from acn.compaction.record import RecordTurnRequest, RecordTurnResponse, record
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
 
 
-class RecordTurnRequest(Namespace):
-    """The new messages of one turn (user, assistant, tool), to add to the session."""
-
-    messages: MessageList = Field(min_length=1, max_length=500)
-    expected_version: int | None = Field(default=None, ge=0, le=MAX_VERSION, description="409 if the session moved on.")
-    edit: bool = Field(default=True, description="Edit the buffer by `rules` (pleasantries, duplicates, tool output).")
-    rules: Annotated[EditRules, BeforeValidator(parse_json_object)] = Field(default_factory=EditRules)
-    protect_last: int = Field(default=2, ge=0, le=1000, description="Turns the edit never touches.")
-    extract: bool = Field(default=True, description="Write memory events found in the new messages.")
-    dedupe_threshold: float = Field(default=0.9, ge=0.5, le=1.0)
-    redact_pii: bool = Field(default=False, description="Mask personal data in memories and the buffer.")
-    compact: bool = Field(default=True, description="Compact when the trigger is reached.")
-    compaction: Annotated[CompactOptions, BeforeValidator(parse_json_object)] = Field(default_factory=CompactOptions)
-
-
-class CompactionSummary(StrictModel):
-    compacted: bool
-    reason: str
-    segments: int
-    stats: CompactStats
-    archived_ids: list[str]
-    engine_used: str
-    fallback_reason: str | None = None
-
-
-class RecordTurnResponse(NodeResponse):
-    version: int = Field(description="The session's new version.")
-    turn: int = Field(description="Number of the turn just recorded.")
-    buffer_messages: int
-    buffer_tokens: int
-    archived_ids: list[str] = Field(description="The raw messages of this call, archived as `turn` memories.")
-    edits: list[Edit]
-    memories: list[WriteResult]
-    compaction: CompactionSummary
-
-
 def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
     """Record one turn under the session lock; a stale expected_version changes nothing (409)."""
-    sessions = deps.sessions
-    if request.compact:
-        check_llm_options(request.compaction, deps)  # a refused LLM override changes nothing stored
-    # A turn more than one request may compact is refused before anything is archived or stored.
-    check_work(request.messages, max_messages=deps.settings.max_compact_messages,
-               max_chars=deps.settings.max_compact_chars)
-    with sessions.locked(deps.tenant, request):
-        state = sessions.head(deps.tenant, request)
-        if request.expected_version is not None and request.expected_version != state.version:
-            raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
-                                "reload and retry")
-        incoming = numbered(request.messages, state.turn, request.redact_pii)
-        archived, created = archive_new_turns(deps.memories, deps.tenant, request,
-                                              group_turns(incoming, state.turn + 1))
-        try:
-            buffer, edits = edited_buffer(request, [*state.buffer, *incoming], deps)
-            turn = max(m.turn or 0 for m in incoming)
-            state = state.model_copy(update={"buffer": buffer, "turn": turn, "archived_turn": turn})
-            memories = write_memories(request, incoming, deps) if request.extract else []
-            state, compaction = maybe_compact(request, state, deps)
-            saved = sessions.commit(deps.tenant, request, state, reason="record_turn")
-        except Exception:
-            # A turn whose commit is refused (409 lease_lost on a stalled replica, 503) was never recorded: its
-            # archive rows would otherwise be served by recall, and twice once the client retries.
-            discard_archive(deps.memories, deps.tenant, created)
-            raise
-    tokens = sum(deps.tokenizer.count_message(m) for m in saved.buffer)
-    return RecordTurnResponse(version=saved.version, turn=turn, buffer_messages=len(saved.buffer),
-                              buffer_tokens=tokens, archived_ids=archived, edits=edits, memories=memories,
-                              compaction=compaction)
-
-
-def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Message]:
-    """Return the messages with turn numbers: a user message opens the next turn, others join it."""
-    result = []
-    for turn, message in number_messages(messages, last_turn):
-        if turn > MAX_TURN:
-            # model_copy does not validate: without this check a state that cannot be read back is stored.
-            raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
-        if redact:  # content, name, meta and tool-call arguments alike
-            message = redact_message(message)[0]
-        result.append(message.model_copy(update={"turn": turn}))
-    return result
-
-
-def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps) -> tuple[list[Message], list[Edit]]:
-    """Return the buffer after the edit rules (the raw messages are already archived)."""
-    if not request.edit:
-        return buffer, []
-    # The buffer may hold more messages than an edit_context request may carry (5,000) when compaction is off:
-    # the edit runs on the list itself, not through the node's request model.
-    return edit_messages(buffer, request.rules, request.protect_last, deps.tokenizer)
-
-
-def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps) -> list[WriteResult]:
-    """Write the events extracted from the new messages, deduplicated against what is stored."""
-    items: list[MemoryItem] = extracted_items(incoming)
-    if not items:
-        return []
-    return write_items(deps.memories, deps.tenant, request, items, request.dedupe_threshold)
-
-
-def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -> tuple[SessionState,
-                                                                                       CompactionSummary]:
-    """Compact the buffer when the trigger is reached; archives already exist, so none are written."""
-    if not request.compact:
-        stats = CompactStats(tokens_before=0, tokens_after=0, ratio=1.0, numbers_in_source=0, numbers_preserved=0,
-                             numbers_restored=0)
-        return state, CompactionSummary(compacted=False, reason="disabled", segments=len(state.segments),
-                                        stats=stats, archived_ids=[], engine_used="none")
-    try:
-        # Busy LLM slots must not fail the turn (it would be lost to the caller): compaction waits for a later turn.
-        new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
-                                            namespace=request, defer_when_busy=True)
-    except BusyError:
-        # The turn is recorded either way; its compaction is left to a later turn (the buffer keeps the turns).
-        stats = CompactStats(tokens_before=0, tokens_after=0, ratio=1.0, numbers_in_source=0, numbers_preserved=0,
-                             numbers_restored=0)
-        return state, CompactionSummary(compacted=False, reason="busy", segments=len(state.segments), stats=stats,
-                                        archived_ids=[], engine_used="none")
-    return new_state, CompactionSummary(compacted=response.compacted, reason=response.reason,
-                                        segments=len(new_state.segments), stats=response.stats,
-                                        archived_ids=response.archived_ids, engine_used=response.engine_used,
-                                        fallback_reason=response.fallback_reason)
+    recorded = record(request, deps)
+    if recorded is None:  # only a call with an event id skips; this one has none
+        raise PackError("record_turn recorded nothing")
+    return recorded
 
 
 NODE = NodeSpec(

@@ -4,9 +4,10 @@
 # Declare outputs: system_text (String), prompt (String), memory_text (String), messages_json (String),
 #                  total_tokens (Integer).
 # Coze runs `main` with `args.params` holding the inputs; `Args` and `Output` are defined by the runner.
-# Runners differ: coze-studio's "direct" runner has httpx but, since its import restrictions
-# (GHSA-pfc8-gmgc-5pwq), blocks the ssl/socket/http modules every HTTP client needs; where a code node cannot
-# reach the network, import acn/integrations/coze/openapi.yaml as a plugin and use its tools instead.
+# Prefer the plugin import or an HTTP request node (acn/integrations/coze/README.md). Runners differ: the
+# sandbox runner reaches only the hosts in CODE_RUNNER_ALLOW_NET (default cdn.jsdelivr.net: the operator must add
+# the server's domain); coze-studio's "direct"/local runner has httpx but, since its import restrictions
+# (GHSA-pfc8-gmgc-5pwq), blocks the ssl/socket/http modules every HTTP client needs.
 import json
 
 import httpx

@@ -20,6 +20,12 @@ JSON_TWINS = ("messages", "recent_messages")
 RESERVED_OUTPUTS = frozenset({"text", "files", "json"})
 
 
+# Dify's external-memory callbacks time out after 10 s by default: answer (or fail) before that.
+CALLBACK_TIMEOUT = httpx.Timeout(8.0, connect=3.0)
+# What each callback's one JSON message carries (Dify's contract; the server's extra fields stay here).
+CONTRACT_FIELDS = {"memory_prepare": ("status", "content", "content_bytes"), "memory_observe": ("status",)}
+
+
 class NodeCallError(Exception):
     """The server could not be reached or answered with an error."""
 
@@ -39,16 +45,38 @@ def invoke_node(tool: Tool, node: str, parameters: Mapping[str, Any]) -> Generat
     yield tool.create_text_message(text)
 
 
+def invoke_external_memory(tool: Tool, node: str,
+                           parameters: Mapping[str, Any]) -> Generator[ToolInvokeMessage, None, None]:
+    """Run a Dify Agent V2 external-memory callback: exactly one JSON message, as the contract asks. A failure
+    raises: Dify then disables the callback for the rest of the run and retries on the next run."""
+    body = {name: as_object(name, parameters.get(name)) for name in ("memory_context", "request")}
+    result = call_node(tool.runtime.credentials, node, body, timeout=CALLBACK_TIMEOUT)
+    yield tool.create_json_message({name: result[name] for name in CONTRACT_FIELDS[node]})
+
+
+def as_object(name: str, value: Any) -> dict[str, Any]:
+    """Return the parameter as an object: Dify passes objects; a JSON string of one is accepted too."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise NodeCallError(f"{name} must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise NodeCallError(f"{name} must be an object, not {type(value).__name__}")
+    return value
+
+
 def request_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """Return the request body: Dify sends unset optional parameters as None or ''; the server's defaults apply."""
     return {name: value for name, value in parameters.items() if value is not None and value != ""}
 
 
-def call_node(credentials: Mapping[str, Any], node: str, body: dict[str, Any]) -> dict[str, Any]:
+def call_node(credentials: Mapping[str, Any], node: str, body: dict[str, Any],
+              timeout: httpx.Timeout = TIMEOUT) -> dict[str, Any]:
     """POST the body to /v1/nodes/<node> and return the success envelope, or raise NodeCallError."""
     url = f"{base_url(credentials)}/v1/nodes/{node}"
     try:
-        response = httpx.post(url, json=body, headers=headers(credentials), timeout=TIMEOUT)
+        response = httpx.post(url, json=body, headers=headers(credentials), timeout=timeout)
     except httpx.HTTPError as error:
         raise NodeCallError(f"cannot reach {url}: {error}") from None
     return parse_response(node, response)

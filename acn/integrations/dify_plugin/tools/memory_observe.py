@@ -1,0 +1,14 @@
+"""Dify tool memory_observe: POST /v1/nodes/memory_observe on the Agent Context Nodes server (generated)."""
+
+from collections.abc import Generator
+from typing import Any
+
+from dify_plugin import Tool
+from dify_plugin.entities.tool import ToolInvokeMessage
+
+from acn_client import invoke_external_memory
+
+
+class MemoryObserveTool(Tool):
+    def _invoke(self, tool_parameters: dict[str, Any]) -> Generator[ToolInvokeMessage, None, None]:
+        yield from invoke_external_memory(self, "memory_observe", tool_parameters)
