@@ -168,6 +168,23 @@ class Settings(StrictModel):
         default=3.0, gt=0, le=60,
         description="Timeout of one rerank call; a failure or timeout keeps the un-reranked order.",
     )
+    rerank_top_n: int = Field(
+        default=30, ge=1, le=1000,
+        description="How many of the best fused candidates ACN_RERANK_URL reorders (the rest keep their place "
+                    "after them): each is a document the reranker reads, so the call's cost grows with it.",
+    )
+    provider_max_concurrent: int = Field(
+        default=4, ge=1, le=64,
+        description="Calls at once to each configured embeddings or rerank endpoint, on the endpoint's own "
+                    "threads (the request waits at most the call's timeout); past it a call is not made and the "
+                    "request goes on without that provider (degraded: BM25 alone, the fused order).",
+    )
+    provider_backoff_seconds: float = Field(
+        default=5.0, ge=0, le=300,
+        description="After a provider call fails (timeout, error, malformed answer), that endpoint is not asked "
+                    "again for this long: requests meanwhile go on without it at once instead of each waiting out "
+                    "a timeout. 0: no back-off.",
+    )
     cache_dir: str = Field(
         default="",
         description=(

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from acn.common import degraded
 from acn.common.errors import ProviderError, ProviderTimeoutError
-from acn.common.stored import stamp_bounds
 from acn.common.models import Memory, Namespace
+from acn.common.stored import stamp_bounds
 from acn.providers.embedders import Embedder
 from acn.storage.base import Filter, Hit, MemoryStore, Record
 from acn.storage.lite.local_index import DISTINCT_FETCH, LocalIndex
