@@ -55,6 +55,8 @@ SPEAKER_BONUS = 0.3
 
 # What a reranker reads of each candidate: enough for any memory or message piece, and a bounded payload.
 MAX_RERANK_CHARS = 4000
+# The smallest score difference (scores are rounded to 4 places) that keeps reranked candidates apart.
+SCORE_STEP = 0.0001
 
 
 # The longest query a retrieval takes. Nodes that retrieve for a longer text (assemble's user_input, the Dify
@@ -166,6 +168,8 @@ def reranked(query: str, ordered: list[Ranked], deps: Deps) -> list[Ranked]:
     placed = [index for index, _ in order]
     placed += [index for index in range(len(head)) if index not in by_reranker]  # unranked: after, as fused
     scores = sorted((r.score for r in head), reverse=True)
+    for position in range(1, len(scores)):  # strictly decreasing: a tie broken later by age would undo the order
+        scores[position] = round(min(scores[position], scores[position - 1] - SCORE_STEP), 4)
     return [Ranked(head[index].memory, score, {**head[index].parts, "rerank": by_reranker.get(index, 0.0)})
             for index, score in zip(placed, scores, strict=True)] + tail
 
