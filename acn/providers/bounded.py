@@ -111,7 +111,9 @@ def read_body(response: requests.Response, deadline: float, what: str, limit: in
         if remaining <= 0:
             raise requests.Timeout("reading the response body took too long")
         _socket_timeout(raw, remaining)
-        chunk = raw.read1(READ_CHUNK) if hasattr(raw, "read1") else raw.read(READ_CHUNK)
+        # decode_content: a gzip answer is unpacked here (requests leaves that to its own iterator), at most
+        # READ_CHUNK bytes a read, so the cap bounds what is unpacked too.
+        chunk = raw.read1(READ_CHUNK, decode_content=True)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
