@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from flask import Flask
 
 from acn.server import create_app
 from tests.conftest import make_settings, post
-from tests.stand_in_http import Drip, StandIn, stand_in
+from tests.stand_in_http import Drip, StandIn, serve_loopback, stand_in
 
 DIM = 8
 NS = {"agent_id": "agent-prov", "session_id": "session-prov"}
@@ -126,3 +127,39 @@ def test_dripping_providers_hold_their_own_threads_not_the_requests(tmp_path: Pa
         assert server.most_in_flight <= 2
         assert [r["status"] for r in results] == [200] * 12
         assert all(r["degraded"] == {"dense": "unavailable"} for r in results)
+
+
+def test_an_embedder_that_drips_its_headers_is_left_at_the_deadline(tmp_path: Path) -> None:
+    """The status line at once, then the headers one byte every 50 ms (about 10 s in all): a read timeout never
+    fires, since every read gets a byte. The search answers degraded while the headers are still dripping."""
+    state: dict[str, Any] = {"sent": 0, "total": 0}
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            if body.get("input_type") != "query":
+                data = json.dumps(vectors(len(body["input"]))).encode()
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                                 + str(len(data)).encode() + b"\r\n\r\n" + data)
+                return
+            headers = b"X-Padding: " + b"p" * 200 + b"\r\n"
+            state["total"] = len(headers)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            self.wfile.flush()
+            try:
+                while state["sent"] < len(headers) and not stop.wait(0.05):
+                    self.wfile.write(headers[state["sent"]:state["sent"] + 1])
+                    self.wfile.flush()
+                    state["sent"] += 1
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    with serve_loopback(Handler, on_stop=stop.set) as url:
+        with embedder_app(tmp_path, StandIn(url=url)) as app:
+            found = post(app.test_client(), "memory_retrieve", {**NS, "query": "reconciliation timeout"})
+            assert state["sent"] < state["total"]  # answered while the headers were still coming
+            assert found.status_code == 200 and found.get_json()["degraded"] == {"dense": "unavailable"}
