@@ -14,11 +14,25 @@ from typing import Any
 Answer = Callable[[str, dict[str, str], Any], tuple[int, Any, dict[str, str]]]
 
 
+@dataclass(frozen=True)
+class Drip:
+    """An answer sent slowly: the headers (with the full Content-Length) at once, then `body` one byte every
+    `every` seconds, until it is all sent, the client hangs up, or the stand-in stops."""
+
+    body: bytes
+    every: float
+
+
 @dataclass
 class StandIn:
     url: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    # Per dripped answer: how many of its bytes went out before it ended (a client that gave up stops it short).
+    dripped: list[tuple[int, int]] = field(default_factory=list)
+    in_flight: int = 0  # dripped answers being sent now, and the most at once
+    most_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class _Server(ThreadingHTTPServer):
@@ -58,10 +72,14 @@ def stand_in(answer: Answer) -> Iterator[StandIn]:
                 body = None
             headers = dict(self.headers.items())
             state.requests.append({"path": self.path, "headers": headers, "json": body})
-            status, payload, extra = answer(self.path, headers, body)
+            self._answer(*answer(self.path, headers, body))
+
+        def _answer(self, status: int, payload: Any, extra: dict[str, str]) -> None:
             if state.stop.is_set():
                 return
-            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            drip = payload if isinstance(payload, Drip) else None
+            data = drip.body if drip else payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            sent, counted = 0, False
             try:
                 self.send_response(status)
                 for name, value in extra.items():
@@ -69,9 +87,25 @@ def stand_in(answer: Answer) -> Iterator[StandIn]:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if drip is None:
+                    self.wfile.write(data)
+                    return
+                self.wfile.flush()
+                with state.lock:
+                    state.in_flight += 1
+                    state.most_in_flight = max(state.most_in_flight, state.in_flight)
+                counted = True
+                while sent < len(data) and not state.stop.wait(drip.every):
+                    self.wfile.write(data[sent:sent + 1])
+                    self.wfile.flush()
+                    sent += 1
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test)
+            finally:
+                if drip is not None:
+                    with state.lock:
+                        state.in_flight -= counted
+                        state.dripped.append((sent, len(data)))
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass

@@ -110,6 +110,9 @@ class AssembleResponse(NodeResponse):
     dropped: list[Dropped]
     sources: list[Source]
     probes: dict[str, bool] = Field(default_factory=dict, description="Each probe: is it in the context?")
+    degraded: dict[str, str] = Field(
+        default_factory=dict, description="Providers that failed and were left out, e.g. {\"dense\": "
+        "\"unavailable\"}: the memories were found by BM25 alone (see /metrics acn_degraded).")
 
 
 def assemble(request: AssembleRequest, deps: Deps) -> AssembleResponse:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import get_args
 
 from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
+from acn.common.stored import memory_problem
 from acn.retrieval.intent import wants_many
 from acn.retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
 from acn.services.deps import Deps
@@ -289,9 +290,12 @@ def unreadable_reason(memory: Memory) -> str | None:
     """Return why a stored archived message cannot be placed in the conversation, or None when it can.
 
     Requests cannot store such a row any more (422), but rows written before that check, or by other means,
-    may hold one: readers skip them instead of failing the whole session.
+    may hold one: readers skip them instead of failing the whole session. The same for a row whose stamps,
+    version or turn numbers are outside what later arithmetic can hold (acn/common/stored.py).
     """
-    return reserved_meta_error(memory.meta) if memory.kind == "turn" else None
+    if memory.kind == "turn" and (why := reserved_meta_error(memory.meta)) is not None:
+        return why
+    return memory_problem(memory)
 
 
 def readable(memories: list[Memory]) -> list[Memory]:

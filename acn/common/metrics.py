@@ -46,6 +46,14 @@ class Metrics:
         self.assemble_repairs = Counter(
             "acn_assemble_repairs", "What assemble left out to stay readable and valid: unreadable stored rows, "
             "tool messages without their call, tool calls without their result.", ["what"], registry=self.registry)
+        self.degraded = Counter(
+            "acn_degraded", "Responses that went without a provider which failed (dense: the query was not "
+            "embedded, BM25 alone; rerank: the fused order kept), by node and part.", ["node", "part"],
+            registry=self.registry)
+        self.skipped_rows = Counter(
+            "acn_stored_rows_skipped", "Stored rows memory_retrieve left out because a field is outside the "
+            "stored-row bounds (acn/common/stored.py; assemble counts its own in acn_assemble_repairs).",
+            registry=self.registry)
 
         self.embedding_backlog = Gauge(
             "acn_embedding_backlog", "Rows this process has queued for their vectors (ACN_EMBEDDING_BACKLOG); "
@@ -87,6 +95,10 @@ class Metrics:
         if getattr(compaction, "compacted", False) and stats is not None and stats.tokens_before:
             self.compaction_ratio.observe(stats.tokens_after / stats.tokens_before)
             self.numbers_restored.inc(stats.numbers_restored)
+        for part in getattr(result, "degraded", None) or {}:
+            self.degraded.labels(node=node, part=part).inc()
+        if node == "memory_retrieve":
+            self.skipped_rows.inc(len(getattr(result, "dropped", None) or []))
         if node == "assemble":
             kept = sum(1 for s in getattr(result, "sources", []) if s.layer == "memory")
             dropped = sum(1 for d in getattr(result, "dropped", []) if d.layer == "memory")

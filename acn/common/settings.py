@@ -219,9 +219,10 @@ class Settings(StrictModel):
         default="",
         description=(
             "Optional Cohere/Jina-style rerank endpoint, e.g. `https://host/v1/rerank` (`POST {model, query, "
-            "documents, top_n}` → `results[{index, relevance_score}]`). Empty (the default): no reranker. Exposed to "
-            "the retrieval code on its dependencies; a failure or timeout keeps the original order (logged), never an "
-            "error answer. No quality claim is made for it."
+            "documents, top_n}` → `results[{index, relevance_score}]`). Empty (the default): no reranker. When set, "
+            "`memory_retrieve` and focused `assemble` have it reorder the best `ACN_RERANK_TOP_N` fused candidates "
+            "before packing (`score_parts.rerank`); a failure or timeout keeps the fused order and says so "
+            "(`degraded: {\"rerank\": \"unavailable\"}`), never an error answer. No quality claim is made for it."
         ),
     )
     rerank_model: str = Field(
@@ -235,6 +236,23 @@ class Settings(StrictModel):
     rerank_timeout_seconds: float = Field(
         default=3.0, gt=0, le=60,
         description="Timeout of one rerank call; a failure or timeout keeps the un-reranked order.",
+    )
+    rerank_top_n: int = Field(
+        default=30, ge=1, le=1000,
+        description="How many of the best fused candidates ACN_RERANK_URL reorders (the rest keep their place "
+                    "after them): each is a document the reranker reads, so the call's cost grows with it.",
+    )
+    provider_max_concurrent: int = Field(
+        default=4, ge=1, le=64,
+        description="Calls at once to each configured embeddings or rerank endpoint, on the endpoint's own "
+                    "threads (the request waits at most the call's timeout); past it a call is not made and the "
+                    "request goes on without that provider (degraded: BM25 alone, the fused order).",
+    )
+    provider_backoff_seconds: float = Field(
+        default=5.0, ge=0, le=300,
+        description="After a provider call fails (timeout, error, malformed answer), that endpoint is not asked "
+                    "again for this long: requests meanwhile go on without it at once instead of each waiting out "
+                    "a timeout. 0: no back-off.",
     )
     cache_dir: str = Field(
         default="",

@@ -69,11 +69,16 @@ ROLE_NAMES = {
 
 
 def _text_items(value: Any) -> Any:
-    """Drop empty entries; an LLM that returns one string for a list gets a one-item list."""
+    """Drop empty entries; an LLM that returns one string for a list gets a one-item list, and a number in it
+    ("facts": [12345]) is a fact as written: kept as text and verified like any other. Anything else (an object,
+    null) is left for the schema to refuse."""
     if isinstance(value, str):
         value = [value]
     if isinstance(value, list):
-        return [item.strip() for item in value if not (isinstance(item, str) and not item.strip())]
+        items = [str(item) if isinstance(item, int | float) and not isinstance(item, bool) else item
+                 for item in value]
+        return [item.strip() if isinstance(item, str) else item for item in items
+                if not (isinstance(item, str) and not item.strip())]
     return value
 
 

@@ -22,6 +22,7 @@ from acn.app.responses import ok_response, validate
 from acn.common.auth import authenticate
 from acn.common.errors import NotFoundError, PackError, ValidationError
 from acn.common.models import Namespace
+from acn.common.stored import stamp_problem
 from acn.inspector.diff import version_diff
 from acn.inspector.i18n import HTML_LANG, KIND_LABELS, LABELS, pick_language
 from acn.inspector.namespaces import overview
@@ -212,7 +213,10 @@ def template_context() -> dict[str, Any]:
 
 
 def utc_text(epoch_ms: int) -> str:
-    """Return a UTC timestamp as ISO 8601 (the page's script shows it in local time)."""
+    """Return a UTC timestamp as ISO 8601 (the page's script shows it in local time); a stored stamp outside the
+    stored-row bounds (acn/common/stored.py) as its number: it is no date, and one such row must not fail a page."""
+    if stamp_problem(epoch_ms) is not None:
+        return str(epoch_ms)
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from acn.assembly.assemble import AssembleRequest, AssembleResponse, assemble
+from acn.common import degraded
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
 
 
 def run(request: AssembleRequest, deps: Deps) -> AssembleResponse:
-    """Assemble the context for one model call."""
-    return assemble(request, deps)
+    """Assemble the context for one model call, saying which providers it went without."""
+    with degraded.collecting() as notes:
+        result = assemble(request, deps)
+    return result.model_copy(update={"degraded": dict(notes)}) if notes else result
 
 
 NODE = NodeSpec(

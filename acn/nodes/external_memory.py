@@ -20,8 +20,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from acn.common.models import IDENTIFIER_PATTERN, Message, Namespace, NodeResponse
 from acn.compaction.record import RecordTurnRequest, record
 from acn.nodes.spec import Description, NodeSpec
-from acn.retrieval.rank import MAX_QUERY_CHARS, MemoryRetrieveRequest, cut, rank
 from acn.retrieval.memory_lines import render_memory
+from acn.retrieval.rank import MAX_QUERY_CHARS, MemoryRetrieveRequest, cut, rank
 from acn.services.deps import Deps
 from acn.text.lang import detect_language
 

@@ -24,6 +24,7 @@ from acn.common.models import (
     TurnNumber,
     parse_json_string,
 )
+from acn.common.stored import memory_problems
 from acn.memory.items import MAX_CONTENT_CHARS
 from acn.services.deps import Deps
 
@@ -166,6 +167,12 @@ def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportRes
     """
     memories = deps.memories
     rows = [Memory.model_validate(item.model_dump()) for item in request.memories]
+    # What later arithmetic cannot hold (a stamp of 2^63 - 1, a version of 2^53) is refused here, by the same
+    # check every reader applies (acn/common/stored.py), rather than breaking the session's later calls.
+    problems = [f"memories[{index}].{field}: {why} (id {row.id})"
+                for index, row in enumerate(rows) for field, why in memory_problems(row)]
+    if problems:
+        raise ValidationError(problems[0], problems)
     ids = list(dict.fromkeys(row.id for row in rows))
     if len(ids) != len(rows):
         raise ValidationError("memories: the same id appears twice in one import")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 from pydantic import Field
 
+from acn.common import degraded
 from acn.common.models import NodeResponse
+from acn.common.stored import memory_problem
 from acn.nodes.spec import Description, NodeSpec
 from acn.retrieval.memory_lines import render_memories
 from acn.retrieval.rank import MemoryRetrieveRequest, RetrievedMemory, cut, rank
@@ -12,12 +16,20 @@ from acn.services.deps import Deps
 from acn.text.lang import detect_language
 from acn.text.triggers import needs_memory
 
+log = logging.getLogger("acn.retrieve")
+
 
 class MemoryRetrieveResponse(NodeResponse):
     memories: list[RetrievedMemory]
     text: str = Field(description="Rendered block, one memory per line, each tagged with its source.")
     triggered: bool
     tokens: int
+    dropped: list[str] = Field(
+        default_factory=list, description="Ids of stored rows left out because a field is outside what the server "
+        "can read (a timestamp beyond 100 years from now, a version of 2^31 or more): see RELIABILITY.md.")
+    degraded: dict[str, str] = Field(
+        default_factory=dict, description="Providers that failed and were left out, e.g. {\"dense\": "
+        "\"unavailable\"} (BM25 alone) or {\"rerank\": \"unavailable\"} (the fused order).")
 
 
 def run(request: MemoryRetrieveRequest, deps: Deps) -> MemoryRetrieveResponse:
@@ -25,11 +37,18 @@ def run(request: MemoryRetrieveRequest, deps: Deps) -> MemoryRetrieveResponse:
     triggered = request.trigger == "always" or bool(request.key) or needs_memory(request.query)
     if not triggered:
         return MemoryRetrieveResponse(memories=[], text="", triggered=False, tokens=0)
-    ranked = rank(request, deps)
+    with degraded.collecting() as notes:
+        ranked = rank(request, deps)
+    # A row stored outside the bounds (acn/common/stored.py) is skipped and named, never a 5xx.
+    dropped = [r.memory.id for r in ranked if memory_problem(r.memory) is not None]
+    if dropped:
+        log.warning("memory_retrieve skips stored rows outside the bounds: %s", ", ".join(dropped))
+        ranked = [r for r in ranked if r.memory.id not in dropped]
     language = request.language or detect_language(request.query or "")
     chosen = [cut(r.result(), request.max_item_tokens, deps.tokenizer) for r in ranked[: request.top_k]]
     text = render_memories(chosen, language)
-    return MemoryRetrieveResponse(memories=chosen, text=text, triggered=True, tokens=deps.tokenizer.count(text))
+    return MemoryRetrieveResponse(memories=chosen, text=text, triggered=True, tokens=deps.tokenizer.count(text),
+                                  dropped=dropped, degraded=dict(notes))
 
 
 NODE = NodeSpec(

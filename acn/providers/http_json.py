@@ -1,21 +1,22 @@
 """POST a JSON body to an operator-configured endpoint (embeddings, rerank) and return the parsed JSON answer.
 
 The URL and key come from settings only, never from a request. Redirects are never followed (a redirect could
-carry the key elsewhere); the whole call, body included, ends within the timeout; the answer is capped in size;
-an error body goes to the log, truncated, and never into an error message.
+carry the key elsewhere); the whole call, body included, ends within the timeout; the answer is capped in size,
+depth and numbers (acn/providers/bounded.py); an error body goes to the log, truncated, and never into an error
+message.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 import requests
-from urllib3.exceptions import ReadTimeoutError
+from urllib3.exceptions import HTTPError, ReadTimeoutError
 
 from acn.common.errors import ConfigurationError, LlmNotAllowedError, ProviderError, ProviderTimeoutError
+from acn.providers.bounded import Backoff, CallPool, decode_json, read_body
 from acn.providers.llm_guard import parse_url
 
 log = logging.getLogger("acn.providers")
@@ -24,10 +25,15 @@ LOGGED_BODY_CHARS = 200
 
 
 class JsonEndpoint:
-    """One configured endpoint: `post(payload)` returns its JSON answer or raises ProviderError/ProviderTimeoutError."""
+    """One configured endpoint: `post(payload)` returns its JSON answer or raises ProviderError/ProviderTimeoutError.
+
+    The call, connection and whole body, ends within timeout_seconds (acn/providers/bounded.py) and runs on the
+    endpoint's own threads (at most max_concurrent at once); after a failure the endpoint is not asked again for
+    backoff_seconds.
+    """
 
     def __init__(self, url: str, *, api_key: str = "", timeout_seconds: float = 10.0, what: str = "endpoint",
-                 setting: str = "") -> None:
+                 setting: str = "", max_concurrent: int = 4, backoff_seconds: float = 0.0) -> None:
         try:
             self.url = parse_url(url).url
         except LlmNotAllowedError as error:
@@ -37,27 +43,36 @@ class JsonEndpoint:
         self._session = requests.Session()
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
+        self._pool = CallPool(max_concurrent, "acn-provider")
+        self.backoff = Backoff(backoff_seconds)
 
     def close(self) -> None:
-        """Close pooled connections."""
+        """Close pooled connections and the call threads."""
+        self._pool.close()
         self._session.close()
 
-    def post(self, payload: dict[str, Any]) -> Any:
-        """POST payload as JSON; return the parsed answer of a 2xx."""
-        started = time.monotonic()
-        deadline = started + self.timeout_seconds
+    def post(self, payload: dict[str, Any], timeout_seconds: float | None = None) -> Any:
+        """POST payload as JSON; return the parsed answer of a 2xx. timeout_seconds may shorten the call (a
+        request's own deadline), never lengthen it."""
+        timeout = min(self.timeout_seconds, timeout_seconds) if timeout_seconds is not None else self.timeout_seconds
+        deadline = time.monotonic() + timeout
+        return self.backoff.guarded(
+            lambda: self._pool.run(lambda: self._post_once(payload, deadline, timeout), deadline, self.what),
+            self.what)
+
+    def _post_once(self, payload: dict[str, Any], deadline: float, timeout: float) -> Any:
         try:
-            with self._session.post(self.url, json=payload, timeout=self.timeout_seconds, stream=True,
+            with self._session.post(self.url, json=payload, timeout=timeout, stream=True,
                                     allow_redirects=False) as response:
-                raw = read_body(response, deadline, self.what)
+                raw = read_body(response, deadline, self.what, MAX_BODY_BYTES)
                 status = response.status_code
-        except requests.Timeout as error:
-            raise ProviderTimeoutError(f"{self.what} timed out after {self.timeout_seconds:.1f}s") from error
+        except (requests.Timeout, ReadTimeoutError, TimeoutError) as error:  # read1 raises urllib3's own
+            raise ProviderTimeoutError(f"{self.what} timed out after {timeout:.1f}s") from error
         except requests.ConnectionError as error:
             if error.args and isinstance(error.args[0], ReadTimeoutError):
-                raise ProviderTimeoutError(f"{self.what} timed out after {self.timeout_seconds:.1f}s") from error
+                raise ProviderTimeoutError(f"{self.what} timed out after {timeout:.1f}s") from error
             raise ProviderError(f"{self.what}: connection error ({type(error).__name__})") from error
-        except requests.RequestException as error:
+        except (requests.RequestException, HTTPError, OSError) as error:
             raise ProviderError(f"{self.what}: request failed ({type(error).__name__})") from error
         if not 200 <= status < 300:
             log.warning("%s error", self.what, extra={"status": status,
@@ -65,22 +80,4 @@ class JsonEndpoint:
             if 300 <= status < 400:
                 raise ProviderError(f"{self.what} returned HTTP {status} (a redirect; redirects are not followed)")
             raise ProviderError(f"{self.what} returned HTTP {status}")
-        try:
-            return json.loads(raw)
-        except ValueError as error:
-            raise ProviderError(f"{self.what} returned a body that is not JSON") from error
-
-
-def read_body(response: requests.Response, deadline: float, what: str, limit: int = MAX_BODY_BYTES) -> bytes:
-    """Read the body in chunks so a server that trickles bytes cannot outlast the deadline, nor send more than
-    `limit` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.iter_content(chunk_size=65536):
-        chunks.append(chunk)
-        size += len(chunk)
-        if time.monotonic() > deadline:
-            raise requests.Timeout("reading the response body took too long")
-        if size > limit:
-            raise ProviderError(f"{what} answered more than {limit} bytes")
-    return b"".join(chunks)
+        return decode_json(raw, self.what)

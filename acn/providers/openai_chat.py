@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ReadTimeoutError
+from urllib3.exceptions import HTTPError, ReadTimeoutError
 
 from acn.common.errors import (
     LlmNotAllowedError,
@@ -21,7 +21,7 @@ from acn.common.errors import (
     ValidationError,
 )
 from acn.common.settings import Settings
-from acn.providers.http_json import read_body
+from acn.providers.bounded import Backoff, CallPool, Malformed, decode_json, loads, read_body
 from acn.providers.llm_guard import (
     MAX_REQUEST_RETRIES,
     MAX_REQUEST_TIMEOUT_SECONDS,
@@ -42,6 +42,9 @@ OVERRIDE_FIELDS = ("model", "timeout_seconds", "retries")
 REQUEST_OVERRIDE_FIELDS = ("base_url", "model", "api_key", "timeout_seconds")
 # How much of an upstream error body the log keeps (the caller never sees any of it).
 LOGGED_BODY_CHARS = 200
+# Threads for LLM calls, shared by every client (a request-chosen endpoint gets a client per request). More than
+# ACN_LLM_MAX_CONCURRENT's default: the gate bounds the callers, these only keep a stuck call off the request thread.
+LLM_CALLS = CallPool(16, "acn-llm")
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 
 
@@ -81,8 +84,10 @@ class ChatClient:
         timeout_seconds: float = 20.0,
         retries: int = 1,
         pinned: tuple[Target, str] | None = None,
+        backoff_seconds: float = 0.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.backoff_seconds = backoff_seconds
         self.model = model
         self.timeout_seconds = float(timeout_seconds)
         self.retries = max(0, int(retries))
@@ -114,6 +119,7 @@ class ChatClient:
             "api_key": settings.llm_api_key,
             "timeout_seconds": settings.llm_timeout_seconds,
             "retries": settings.llm_retries,
+            "backoff_seconds": settings.provider_backoff_seconds,
         }
         unknown = sorted(set(overrides or {}) - set(OVERRIDE_FIELDS))
         if unknown:
@@ -156,7 +162,8 @@ class ChatClient:
             "temperature": 0,
             "response_format": {"type": "json_object"},
         }
-        body = self._post_with_retries(payload)
+        body = backoff_for(self._url, self.backoff_seconds).guarded(lambda: self._post_with_retries(payload),
+                                                                   "LLM endpoint")
         return parse_reply_content(extract_content(body))
 
     def _post_with_retries(self, payload: dict[str, Any]) -> Any:
@@ -179,23 +186,44 @@ class ChatClient:
 
     def _post_once(self, payload: dict[str, Any], timeout: float) -> Any:
         """Make one attempt; classify its failure as retryable, timeout or provider error."""
-        started = time.monotonic()
+        deadline = time.monotonic() + timeout
+        # On the LLM call threads, waited for until the deadline at most: a server that drips even its headers
+        # keeps one of those threads, not the request past its budget (acn/providers/bounded.py).
+        return LLM_CALLS.run(lambda: self._attempt(payload, deadline, timeout), deadline, "LLM endpoint")
+
+    def _attempt(self, payload: dict[str, Any], deadline: float, timeout: float) -> Any:
         try:
             # Never follow a redirect: it could lead a checked request (and its key) anywhere.
             with self._session.post(self._url, json=payload, timeout=timeout, stream=True,
                                     allow_redirects=False) as response:
-                raw = read_body(response, started + timeout, "LLM", MAX_BODY_BYTES)
+                raw = read_body(response, deadline, "LLM", MAX_BODY_BYTES)
                 status = response.status_code
-        except requests.Timeout as error:
+        except (requests.Timeout, ReadTimeoutError, TimeoutError) as error:  # read1 raises urllib3's own
             raise ProviderTimeoutError(f"LLM endpoint timed out after {timeout:.1f}s") from error
         except requests.ConnectionError as error:
             # requests reports a read timeout while streaming the body as a ConnectionError.
             if error.args and isinstance(error.args[0], ReadTimeoutError):
                 raise ProviderTimeoutError(f"LLM endpoint timed out after {timeout:.1f}s") from error
             raise _Retryable(f"connection error: {type(error).__name__}") from error
-        except requests.RequestException as error:
+        except (requests.RequestException, HTTPError, OSError) as error:
             raise ProviderError(f"LLM request failed: {type(error).__name__}") from error
         return _decode_body(status, raw)
+
+
+_BACKOFFS: dict[tuple[str, float], Backoff] = {}
+_BACKOFFS_LOCK = threading.Lock()
+MAX_BACKOFFS = 1024
+
+
+def backoff_for(url: str, seconds: float) -> Backoff:
+    """Return the back-off of an LLM URL, shared by the clients every request builds for it."""
+    with _BACKOFFS_LOCK:
+        found = _BACKOFFS.get((url, seconds))
+        if found is None:
+            if len(_BACKOFFS) >= MAX_BACKOFFS:  # request-chosen URLs: a bound, not a history
+                _BACKOFFS.clear()
+            found = _BACKOFFS[(url, seconds)] = Backoff(seconds)
+        return found
 
 
 def request_endpoint(settings: Settings, overrides: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -225,7 +253,7 @@ def request_endpoint(settings: Settings, overrides: Mapping[str, Any]) -> dict[s
                                              "request's own llm.api_key")
         return {"base_url": settings.llm_base_url, "model": given.get("model", settings.llm_model),
                 "api_key": given.get("api_key") or settings.llm_api_key, "timeout_seconds": timeout,
-                "retries": settings.llm_retries}
+                "retries": settings.llm_retries, "backoff_seconds": settings.provider_backoff_seconds}
     entries = parse_allow_list(settings.llm_allowed_urls)
     if not entries:
         raise LlmNotAllowedError("request-chosen LLM URLs are off on this server (an operator may allow some "
@@ -238,7 +266,8 @@ def request_endpoint(settings: Settings, overrides: Mapping[str, Any]) -> dict[s
     addresses = resolve_checked(target, private_ok=entry.is_ip_literal)
     return {"base_url": target.url, "model": given.get("model", settings.llm_model),
             "api_key": given.get("api_key", ""), "timeout_seconds": min(timeout, MAX_REQUEST_TIMEOUT_SECONDS),
-            "retries": min(settings.llm_retries, MAX_REQUEST_RETRIES), "pinned": (target, addresses[0])}
+            "retries": min(settings.llm_retries, MAX_REQUEST_RETRIES), "pinned": (target, addresses[0]),
+            "backoff_seconds": settings.provider_backoff_seconds}
 
 
 def _same_url(url: str, configured: str) -> bool:
@@ -267,10 +296,7 @@ def _decode_body(status: int, raw: bytes) -> Any:
         raise ProviderError(f"LLM endpoint returned HTTP {status} (a redirect; redirects are not followed)")
     if not 200 <= status < 300:
         raise ProviderError(f"LLM endpoint returned HTTP {status}")
-    try:
-        return json.loads(raw)
-    except ValueError as error:
-        raise ProviderError("LLM endpoint returned a body that is not JSON") from error
+    return decode_json(raw, "LLM endpoint")
 
 
 def extract_content(body: Any) -> str:
@@ -289,7 +315,9 @@ def parse_reply_content(content: str) -> dict[str, Any]:
     fenced = _FENCE.match(content)
     text = fenced.group(1) if fenced else content
     try:
-        value = json.loads(text)
+        value = loads(text)
+    except Malformed as error:
+        raise ProviderError(f"LLM reply content is malformed JSON ({error})") from None
     except ValueError as error:
         raise ProviderError("LLM reply content is not valid JSON") from error
     if not isinstance(value, dict):

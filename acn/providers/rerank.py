@@ -27,10 +27,13 @@ class Reranker:
     own order (scores 0.0), so a caller's response never becomes a 5xx because a reranker is down.
     """
 
-    def __init__(self, url: str, *, model: str = "", api_key: str = "", timeout_seconds: float = 3.0) -> None:
+    def __init__(self, url: str, *, model: str = "", api_key: str = "", timeout_seconds: float = 3.0,
+                 max_concurrent: int = 4, backoff_seconds: float = 0.0, top_n: int = 50) -> None:
         self.model = model
+        self.top_n = top_n
         self._endpoint = JsonEndpoint(url, api_key=api_key, timeout_seconds=timeout_seconds, what="rerank endpoint",
-                                      setting="ACN_RERANK_URL")
+                                      setting="ACN_RERANK_URL", max_concurrent=max_concurrent,
+                                      backoff_seconds=backoff_seconds)
         self.failures = 0
 
     @classmethod
@@ -39,7 +42,8 @@ class Reranker:
         if not settings.rerank_url:
             return None
         return cls(settings.rerank_url, model=settings.rerank_model, api_key=settings.rerank_api_key,
-                   timeout_seconds=settings.rerank_timeout_seconds)
+                   timeout_seconds=settings.rerank_timeout_seconds, max_concurrent=settings.provider_max_concurrent,
+                   backoff_seconds=settings.provider_backoff_seconds, top_n=settings.rerank_top_n)
 
     def close(self) -> None:
         self._endpoint.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -11,6 +12,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BeforeValidator, Field
 
+from acn.common import degraded
+from acn.common.errors import PackError
 from acn.common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
 from acn.services.deps import Deps
 from acn.storage.memory_rows import Scored
@@ -18,6 +21,8 @@ from acn.text.lang import Language
 from acn.text.query import speaker_names
 from acn.text.terms import content_term_set, content_terms, expand_query
 from acn.text.tokens import Tokenizer
+
+log = logging.getLogger("acn.retrieve")
 
 # Relevance dominates; importance × recency breaks ties between similarly relevant memories.
 RELEVANCE_WEIGHT = 0.7
@@ -46,6 +51,12 @@ DENSE_WEIGHT = 2.0
 COVERAGE_WEIGHT = 2.0
 # A message spoken by the person a query names ("what did Caroline …", "我之前说…") is more likely the answer.
 SPEAKER_BONUS = 0.3
+
+
+# What a reranker reads of each candidate: enough for any memory or message piece, and a bounded payload.
+MAX_RERANK_CHARS = 4000
+# The smallest score difference (scores are rounded to 4 places) that keeps reranked candidates apart.
+SCORE_STEP = 0.0001
 
 
 # The longest query a retrieval takes. Nodes that retrieve for a longer text (assemble's user_input, the Dify
@@ -93,7 +104,8 @@ class MemoryRetrieveRequest(Namespace):
 
 class RetrievedMemory(Memory):
     score: float = Field(description="Final score in [0, 1].")
-    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency.")
+    score_parts: dict[str, float] = Field(description="relevance, bm25, dense, importance, recency; rerank when "
+                                                      "ACN_RERANK_URL reordered it (the reranker's score).")
 
 
 @dataclass(slots=True)  # not frozen: assembly makes one per candidate, and a frozen init costs twice as much
@@ -130,7 +142,36 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours
     scored = score_all(candidates, half_life, time.time() * 1000, request.query, dense_weight=dense_weight)
     kept = [m for m in scored if m.score >= request.min_score]
-    return sorted(kept, key=lambda r: (r.score, r.memory.updated_at), reverse=True)
+    ordered = sorted(kept, key=lambda r: (r.score, r.memory.updated_at), reverse=True)
+    return reranked(request.query, ordered, deps) if not request.key else ordered
+
+
+def reranked(query: str, ordered: list[Ranked], deps: Deps) -> list[Ranked]:
+    """Return the candidates with the best ACN_RERANK_TOP_N of them in the reranker's order (ACN_RERANK_URL).
+
+    The reordered candidates take the same scores, best first, in their new order: whatever sorts by score
+    later (assembly's packing, the score floor) keeps the reranker's order, and the rest stay below them.
+    score_parts["rerank"] is the reranker's own score. A reranker that fails, times out or answers malformed
+    leaves the fused order, noted as degraded (`rerank: unavailable`).
+    """
+    reranker = deps.reranker
+    if reranker is None or not query.strip() or len(ordered) < 2:
+        return ordered
+    head, tail = ordered[:reranker.top_n], ordered[reranker.top_n:]
+    try:
+        order = reranker.rerank_strict(query, [r.memory.content[:MAX_RERANK_CHARS] for r in head], len(head))
+    except PackError as error:
+        log.warning("rerank failed, keeping the fused order: %s", error.message)
+        degraded.note("rerank")
+        return ordered
+    by_reranker = dict(order)
+    placed = [index for index, _ in order]
+    placed += [index for index in range(len(head)) if index not in by_reranker]  # unranked: after, as fused
+    scores = sorted((r.score for r in head), reverse=True)
+    for position in range(1, len(scores)):  # strictly decreasing: a tie broken later by age would undo the order
+        scores[position] = round(min(scores[position], scores[position - 1] - SCORE_STEP), 4)
+    return [Ranked(head[index].memory, score, {**head[index].parts, "rerank": by_reranker.get(index, 0.0)})
+            for index, score in zip(placed, scores, strict=True)] + tail
 
 
 def score_all(candidates: list[Scored], half_life_hours: float, now_ms: float,

@@ -11,8 +11,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
+from acn.common import degraded
 from acn.common.errors import ProviderError, ProviderTimeoutError
 from acn.common.models import Memory, Namespace
+from acn.common.stored import stamp_bounds
 from acn.providers.embedders import Embedder
 from acn.storage.base import Filter, Hit, MemoryStore, Record
 from acn.storage.lite.local_index import DISTINCT_FETCH, LocalIndex
@@ -168,7 +170,11 @@ class MemoryRepository(MemoryQueries):
         a second at 10k rows).
         """
         wall = int(time.time() * 1000)
-        ahead = session_filter(tenant, namespace).and_(Filter("updated_at >= {clock_wall}", {"clock_wall": wall}))
+        # A stamp beyond the stored-row bound (acn/common/stored.py) is not a clock: following it, the next stamp
+        # overflowed the store's int64 and every later write of the session failed. Such a row is skipped.
+        ahead = session_filter(tenant, namespace).and_(Filter(
+            "updated_at >= {clock_wall} and updated_at <= {clock_limit}",
+            {"clock_wall": wall, "clock_limit": stamp_bounds(wall)[1]}))
         rows = self.store.query(self.spec.name, ahead, fields=["updated_at"], limit=QUERY_WINDOW)
         return max((int(row["updated_at"]) for row in rows), default=0)
 
@@ -442,6 +448,7 @@ class MemoryRepository(MemoryQueries):
             return self.embedder.embed_query(query)
         except (ProviderError, ProviderTimeoutError) as error:
             log.warning("query not embedded, searching by text only: %s", error.message)
+            degraded.note("dense")
             return None
 
     @staticmethod

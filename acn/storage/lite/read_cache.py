@@ -49,6 +49,9 @@ CACHED_POOLS = 64
 # repository is given). A session that can read more rows than the store's query window is searched in the store.
 CACHED_INDEXES = 256
 CACHED_INDEX_ROWS = 50_000
+# A batch of this many rows for one session (an import, a seeded store) starts loading its index at once: see
+# ReadCache.after_save. Smaller writes (a turn, a few memories) leave it to the session's first read, as before.
+WARM_ON_WRITE = 100
 CACHED_BYTES = 256 << 20  # the default of ACN_READ_CACHE_MB
 TOKENIZE_CHUNK = 200  # rows a loading index tokenizes between pauses
 LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, more in id ranges (ID_CUTS)
@@ -125,9 +128,17 @@ class ReadCache:
             return dict(self._indexes)
 
     def after_save(self, tenant: str, memories: list[Memory], records: list[Record], fresh: set[str]) -> None:
-        """Bring the caches up to date with a batch that landed."""
+        """Bring the caches up to date with a batch that landed, and start loading the index of a session that
+        wrote WARM_ON_WRITE rows or more and has none yet.
+
+        Until a session's index is loaded its searches go to the store, beside the loader: at 10k rows in one
+        namespace the first 30-odd searches after the rows were written took 60-400 ms against a 3-6 ms median,
+        the whole of memory_retrieve's p95 (bench/tail.py, issue 35). A session written in bulk is about to be
+        read; its index now loads while it is written, and later batches land in it as they come.
+        """
         with self._lock:
             self._index_saved(tenant, memories, records)
+            cold = self._cold_sessions(tenant, memories)
             for memory in memories:
                 if memory.scope == "session":
                     for known in (self._agent_sessions.get((tenant, memory.agent_id)),
@@ -155,6 +166,20 @@ class ReadCache:
                 archive = self._archives.get((tenant, memory.agent_id, memory.session_id))
                 if archive is not None:
                     archive.put(memory)
+        for key in cold:
+            self._warm_later(key)
+
+    def _cold_sessions(self, tenant: str, memories: list[Memory]) -> list[GroupKey]:
+        """Return the sessions this batch wrote WARM_ON_WRITE rows or more to that have no index, none loading
+        (called with the lock held)."""
+        if not self._background or not self._index_rows or len(memories) < WARM_ON_WRITE:
+            return []
+        counts: dict[GroupKey, int] = {}
+        for memory in memories:
+            key = (tenant, memory.agent_id, memory.session_id)
+            counts[key] = counts.get(key, 0) + 1
+        return [key for key, count in counts.items() if count >= WARM_ON_WRITE and key not in self._indexes
+                and not self._index_loads.busy(key) and key not in self._warming]
 
     def vectors_filled(self, tenant: str, memories: list[Memory], records: list[Record]) -> None:
         """Put rows whose vectors were just written into the indexes (nothing else a vector changes)."""
