@@ -99,6 +99,13 @@ class TooMuchWorkError(ValidationError):
     code = "too_much_work"
 
 
+class TurnAheadError(ValidationError):
+    """A client-given turn number runs ahead of the session: one number would make every later turn, and every
+    page that draws the session's turns, as large as it (turn 10^9 after turn 1)."""
+
+    code = "turn_ahead"
+
+
 class ConfigurationError(PackError):
     """A setting (an ACN_* variable) the server cannot start with."""
 
@@ -136,6 +143,22 @@ class BusyError(RetryLaterError):
     """Every slot for CPU-heavy work is taken and none came free in time; the server sends Retry-After."""
 
     code = "busy"
+
+
+class TooManyRequestsError(PackError):
+    """A client failed too often (wrong API keys, sign-ins): refused until `seconds` pass (429 with Retry-After)."""
+
+    code = "too_many_requests"
+
+    def __init__(self, message: str, seconds: int) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
+class SignInThrottledError(TooManyRequestsError):
+    """Too many failed keys from one client address: its next attempt waits (the wait grows with the failures)."""
+
+    code = "sign_in_throttled"
 
 
 class ProviderTimeoutError(PackError):

@@ -51,6 +51,7 @@ CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data
 
 
 VERSION_ARG = re.compile(r"[0-9]{1,9}")
+TURN_ARG = re.compile(r"[0-9]{1,10}")
 
 
 def create_blueprint() -> Blueprint:
@@ -102,6 +103,16 @@ def version_arg(name: str) -> int:
     return int(value)
 
 
+def turns_from_arg() -> int | None:
+    """Read the first turn the timeline shows; absent: the latest turns. Only ASCII digits, at most ten."""
+    value = request.args.get("turns_from")
+    if value is None:
+        return None
+    if not TURN_ARG.fullmatch(value):
+        raise ValidationError("turns_from: a turn number is required", ["turns_from: invalid"])
+    return int(value)
+
+
 def namespaces_view() -> str:
     query = request.args.get("q", "")
     return render_template("inspector/namespaces.html", overview=overview(current_app.extensions["acn"],
@@ -109,7 +120,7 @@ def namespaces_view() -> str:
 
 
 def session_view(agent_id: str, session_id: str) -> str:
-    page = session_page(namespace(agent_id, session_id), deps())
+    page = session_page(namespace(agent_id, session_id), deps(), turns_from_arg())
     return render_template("inspector/session.html", page=page, kinds=KINDS, modes=MODES, layers=LAYERS)
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from acn.common.errors import BusyError, ConflictError, ValidationError
+from acn.common.errors import BusyError, ConflictError, TurnAheadError, ValidationError
 from acn.common.models import (
     MAX_TURN,
     MAX_VERSION,
@@ -103,12 +103,18 @@ def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Mess
     """Return the messages with turn numbers: a user message opens the next turn, others join it."""
     turn = max(last_turn, 0)
     result = []
-    for message in messages:
+    for index, message in enumerate(messages):
         if message.role == "user" or turn == 0:
-            turn = max(turn + 1, message.turn or 0)
+            turn += 1
             if turn > MAX_TURN:
                 # model_copy does not validate: without this check a state that cannot be read back is stored.
                 raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
+        if message.turn is not None and message.turn > turn:
+            # A client's number may repeat the server's, never run ahead of it: one message saying turn 10^9 made
+            # every later turn that large, and the session page drew a cell per number (gigabytes).
+            raise TurnAheadError(f"messages[{index}].turn: {message.turn} runs ahead of the session (this message "
+                                 f"is turn {turn}); omit turn to let the server number it",
+                                 [f"messages.{index}.turn: at most {turn}"])
         if redact:  # content, name, meta and tool-call arguments alike
             message = redact_message(message)[0]
         result.append(message.model_copy(update={"turn": turn}))
