@@ -150,8 +150,8 @@ class TooManyRequestsError(PackError):
 
     code = "too_many_requests"
 
-    def __init__(self, message: str, seconds: int) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, errors: list[str] | None = None, *, seconds: int = 1) -> None:
+        super().__init__(message, errors)
         self.seconds = seconds
 
 
