@@ -23,9 +23,9 @@ from acn.server import create_app
 from acn.storage.crypto import MARKER
 from tests.conftest import ROOT, assert_error, free_port, make_settings, post, server_env, wait_for_port
 
-KEYS = "key-alpha-123:alpha,key-beta-456:beta"
-ALPHA = {"Authorization": "Bearer key-alpha-123"}
-BETA = {"Authorization": "Bearer key-beta-456"}
+KEYS = "key-alpha-123-0123456789:alpha,key-beta-456-0123456789:beta"
+ALPHA = {"Authorization": "Bearer key-alpha-123-0123456789"}
+BETA = {"Authorization": "Bearer key-beta-456-0123456789"}
 PII = {"phone": "13812345678", "id_card": "110101199003074518", "card": "6222021234567890123",
        "email": "zhang.san@example.com"}
 
@@ -43,7 +43,7 @@ def test_missing_or_bad_key_is_401(keyed_app: Flask) -> None:
     assert_error(post(client, "memory_retrieve", {**ns, "query": "x"}), 401, "unauthorized")
     assert_error(post(client, "memory_retrieve", {**ns, "query": "x"}, headers={"Authorization": "Bearer nope"}),
                  401, "unauthorized")
-    assert_error(post(client, "memory_retrieve", {**ns, "query": "x"}, headers={"Authorization": "key-alpha-123"}),
+    assert_error(post(client, "memory_retrieve", {**ns, "query": "x"}, headers={"Authorization": "key-alpha-123-0123456789"}),
                  401)
     assert_error(client.get("/v1/memories", query_string={"agent_id": "a"}), 401)
     assert client.get("/healthz").status_code == 200

@@ -19,8 +19,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from acn.app.json_body import read_json_body
 from acn.app.responses import ok_response, validate
-from acn.common.auth import authenticate
-from acn.common.errors import NotFoundError, PackError, ValidationError
+from acn.common.errors import NotFoundError, PackError, SignInThrottledError, ValidationError
 from acn.common.models import Namespace
 from acn.inspector.diff import version_diff
 from acn.inspector.i18n import HTML_LANG, KIND_LABELS, LABELS, pick_language
@@ -173,7 +172,11 @@ def login_view() -> BaseResponse | str:
         return login_form(403, "sign_in_expired")
     key = request.form.get("api_key", "").strip()
     try:
-        authenticate(f"Bearer {key}", auth.keys)
+        auth.check_key(f"Bearer {key}", request, "sign_in")
+    except SignInThrottledError as error:
+        throttled = login_form(429, "sign_in_throttled")
+        throttled.headers["Retry-After"] = str(error.seconds)
+        return throttled
     except PackError:
         return login_form(401, "sign_in_failed")
     response = redirect(safe_next(request.form.get("next")), code=303)
