@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -71,6 +72,9 @@ class MemoryRepository(MemoryQueries):
         self.sealer = sealer
         self.spec = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is not None)
         self._twin = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is None)
+        # The store's secret (acn/storage/store_facts.py), for deterministic ids another tenant cannot predict;
+        # Runtime.open sets it (a repository built without one, in tests, keys with a fixed one).
+        self.secret = b"acn unkeyed repository"
         self._raw_store = store
         self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
         self._clock_lock = threading.Lock()
@@ -134,12 +138,18 @@ class MemoryRepository(MemoryQueries):
         except Exception as error:  # only a warm-up: the first request reports any real problem itself
             log.debug("store warm-up search failed: %s", error)
 
+    @property
+    def sealed_collection(self) -> str:
+        """Return the name of the encrypted memories collection (this one or its twin)."""
+        return self.spec.name if self.sealer is not None else self._twin.name
+
     def digest(self, text: str) -> str:
-        """Return a hex digest of text for ids derived from content: keyed when rows are encrypted at rest (a plain
-        hash would let anyone holding the files confirm a guessed message)."""
+        """Return a hex digest of text for ids derived from content, keyed: with the encryption key's derived key
+        when rows are encrypted at rest (a plain hash would let anyone holding the files confirm a guessed
+        message), else with the store's secret (a plain hash let another tenant predict archive ids)."""
         if self.sealer is not None:
             return self.sealer.digest(text)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return hmac.new(self.secret, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
     # -- time ------------------------------------------------------------------------------
 
