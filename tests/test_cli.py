@@ -91,10 +91,11 @@ def test_import_is_tenant_scoped_and_checks_every_field() -> None:
         row = written.json()["results"][0]
         stolen = requests.get(f"{base}/v1/memories/{row['id']}", timeout=30, headers={"Authorization": "Bearer key-a-0123456789abcdef"})
         memory = stolen.json()["memory"]
-        # Tenant b imports a row with tenant a's id (ids are the store's primary key): refused, a's row untouched.
+        # Tenant b imports a row with tenant a's id: ids are scoped by tenant, so it is b's own new row (as for an
+        # id nobody holds), and a's row is untouched.
         other = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b-0123456789abcdef"},
                               json={"memories": [{**memory, "content": "被改写"}]})
-        assert other.status_code == 409 and other.json()["code"] == "id_taken", other.text
+        assert other.status_code == 200 and other.json()["created"] == 1, other.text
         mine = requests.get(f"{base}/v1/memories/{row['id']}", timeout=30, headers={"Authorization": "Bearer key-a-0123456789abcdef"})
         assert mine.json()["memory"]["content"] == "甲方的秘密"
         bad = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b-0123456789abcdef"},

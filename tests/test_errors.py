@@ -161,7 +161,7 @@ def test_turn_numbers_cannot_run_past_the_limit(client: FlaskClient, ns: dict[st
 CONTRACT = {
     "internal_error": 500, "bad_request": 400, "unauthorized": 401, "forbidden": 403, "csrf_token_invalid": 403,
     "origin_not_allowed": 403, "not_found": 404, "unknown_node": 404, "version_conflict": 409, "lease_lost": 409,
-    "id_taken": 409, "payload_too_large": 413, "unsupported_media_type": 415, "host_not_allowed": 421,
+    "payload_too_large": 413, "unsupported_media_type": 415, "host_not_allowed": 421,
     "validation_error": 422, "duplicate_key": 422, "too_much_work": 422, "invalid_configuration": 500,
     "store_not_configured": 500, "provider_error": 502, "retry_later": 503, "store_unavailable": 503,
     "coordination_unavailable": 503, "session_busy": 503, "busy": 503, "llm_busy": 503, "provider_timeout": 504,

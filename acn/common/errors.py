@@ -63,12 +63,6 @@ class LeaseLostError(ConflictError):
     code = "lease_lost"
 
 
-class IdTakenError(ConflictError):
-    """An imported row names an id that another tenant's row holds (ids are the store's primary key)."""
-
-    code = "id_taken"
-
-
 class PayloadTooLargeError(PackError):
     code = "payload_too_large"
 
