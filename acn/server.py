@@ -96,9 +96,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     nodes = all_nodes()
     app.extensions["acn_nodes"] = nodes
     metrics: Metrics = app.extensions["acn_metrics"]
-    guard = open_key_guard(settings.redis_url, prefix=settings.collection_prefix,
-                           free=settings.auth_free_failures, max_wait=settings.auth_max_wait_seconds,
-                           observe=metrics.observe_auth)
+    guard = open_key_guard(settings.redis_url, prefix=settings.collection_prefix, observe=metrics.observe_auth)
     app.extensions["acn_key_guard"] = guard
     app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys, guard)
     policy = build_policy(settings.allowed_hosts, settings.cors_origins, settings.host, bool(keys), FORM_PREFIXES)

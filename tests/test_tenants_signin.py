@@ -15,6 +15,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from acn.app.key_guard import FREE_FAILURES
 from acn.common.auth import MIN_KEY_CHARS, parse_api_keys
 from acn.server import create_app
 from tests.conftest import ROOT, assert_error, make_settings, server_env
@@ -60,7 +61,7 @@ def bearer(key: str) -> dict[str, str]:
 
 @pytest.fixture()
 def guarded_app(tmp_path: Path) -> Iterator[Flask]:
-    application = create_app(make_settings(tmp_path, api_keys=f"{KEY}:alpha", auth_free_failures=3))
+    application = create_app(make_settings(tmp_path, api_keys=f"{KEY}:alpha"))
     yield application
     application.extensions["acn"].close()
 
@@ -76,7 +77,7 @@ def wait_out(response: Any) -> None:
 
 def test_wrong_bearer_keys_are_throttled_per_address_and_counted(guarded_app: Flask) -> None:
     client = guarded_app.test_client()
-    for guess in range(3):
+    for guess in range(FREE_FAILURES):
         assert_error(retrieve(client, f"guess-{guess:020d}", ATTACKER), 401, "unauthorized")
     refused = retrieve(client, "guess-4", ATTACKER)
     assert_error(refused, 429, "sign_in_throttled")
@@ -92,7 +93,7 @@ def test_wrong_bearer_keys_are_throttled_per_address_and_counted(guarded_app: Fl
     assert retrieve(client, KEY, ATTACKER).status_code == 200  # the right key works once the wait is over
     assert_error(retrieve(client, "guess-6", ATTACKER), 401, "unauthorized")  # ... and cleared the count
     metrics = client.get("/metrics", headers=bearer(KEY)).get_data(as_text=True)
-    assert 'acn_auth_failures_total{event="failed",where="api_key"} 6.0' in metrics.splitlines()
+    assert f'acn_auth_failures_total{{event="failed",where="api_key"}} {FREE_FAILURES + 3}.0' in metrics.splitlines()
     assert 'acn_auth_failures_total{event="throttled",where="api_key"} 3.0' in metrics.splitlines()
 
 
@@ -104,7 +105,7 @@ def sign_in(client: FlaskClient, key: str) -> Any:
 
 def test_failed_sign_ins_are_throttled_and_the_right_key_signs_in_after_the_wait(guarded_app: Flask) -> None:
     client = guarded_app.test_client()
-    for guess in range(3):
+    for guess in range(FREE_FAILURES):
         failed = sign_in(client, f"guess-{guess:020d}")
         assert failed.status_code == 401 and 'data-problem="sign_in_failed"' in failed.get_data(as_text=True)
     refused = sign_in(client, "guess-4")
@@ -118,14 +119,14 @@ def test_failed_sign_ins_are_throttled_and_the_right_key_signs_in_after_the_wait
 
 def test_replicas_share_the_count_through_redis(tmp_path: Path) -> None:
     with redis_server() as redis:
-        apps = [create_app(make_settings(tmp_path / name, api_keys=f"{KEY}:alpha", auth_free_failures=3,
+        apps = [create_app(make_settings(tmp_path / name, api_keys=f"{KEY}:alpha",
                                          redis_url=redis.url)) for name in ("one", "two")]
         try:
             first, second = (app.test_client() for app in apps)
-            for guess in range(2):
+            for guess in range(FREE_FAILURES - 1):
                 assert_error(retrieve(first, f"guess-{guess:020d}", ATTACKER), 401)
-            assert_error(retrieve(second, "guess-3", ATTACKER), 401)
-            assert_error(retrieve(first, "guess-4", ATTACKER), 429, "sign_in_throttled")  # 4 wrong keys in all
+            assert_error(retrieve(second, "guess-last", ATTACKER), 401)
+            assert_error(retrieve(first, "guess-more", ATTACKER), 429, "sign_in_throttled")  # one past, in all
             assert_error(retrieve(second, KEY, ATTACKER), 429, "sign_in_throttled")
         finally:
             for app in apps:

@@ -2,8 +2,8 @@
 
 Every place that compares a presented key (the /v1 Bearer header, the /ui header and sign-in form, the keyed
 answers of /healthz and /metrics) goes through `KeyGuard.authenticate`. A client address with more than
-ACN_AUTH_FREE_FAILURES wrong keys in a row is refused with 429 sign_in_throttled and Retry-After for 2, 4, 8, ...
-seconds (at most ACN_AUTH_MAX_WAIT_SECONDS), the wait doubling with each further wrong key. While an address waits
+FREE_FAILURES wrong keys in a row is refused with 429 sign_in_throttled and Retry-After for 2, 4, 8, ... seconds
+(at most MAX_WAIT_SECONDS), the wait doubling with each further wrong key. While an address waits
 every key it sends is refused unchecked, the right one included: a guess answered during the wait would tell
 the guesser whether it was right. Once the wait is over the right key works at once and clears the count.
 
@@ -30,6 +30,9 @@ from acn.common.errors import SignInThrottledError, UnauthorizedError
 log = logging.getLogger("acn.auth")
 
 ADDRESSES = 65_536
+# A person mistyping a key gets five tries at full speed; a guesser gets five, then waits 2, 4, 8 ... seconds.
+FREE_FAILURES = 5
+MAX_WAIT_SECONDS = 300
 # A count is forgotten this long after an address's last wrong key.
 FAILURE_MEMORY_SECONDS = 3600
 
@@ -206,7 +209,7 @@ def _throttled(seconds: float) -> SignInThrottledError:
                                 seconds=wait)
 
 
-def open_key_guard(redis_url: str, *, prefix: str, free: int, max_wait: float,
+def open_key_guard(redis_url: str, *, prefix: str, free: int = FREE_FAILURES, max_wait: float = MAX_WAIT_SECONDS,
                    observe: Callable[[str, str], None] | None = None) -> KeyGuard:
     """Return the guard: counts in Redis when ACN_REDIS_URL is set, else in this process."""
     counts: FailureCounts = (RedisCounts(redis_url, prefix=prefix, free=free, max_wait=max_wait) if redis_url

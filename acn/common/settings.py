@@ -56,14 +56,6 @@ class Settings(StrictModel):
         description=("Secret that signs /ui sign-in cookies and CSRF tokens; give every replica the same one. Empty: "
                      "derived from ACN_API_KEYS, so replicas with the same keys agree."),
     )
-    auth_free_failures: int = Field(
-        default=5, ge=1, le=1000,
-        description="Wrong API keys (Bearer or /ui sign-in) one client address may send in a row before each "
-                    "further one waits: 429 sign_in_throttled with Retry-After 2, 4, 8 ... seconds.",
-    )
-    auth_max_wait_seconds: int = Field(
-        default=300, ge=1, le=86_400, description="The longest wait a client address is given after wrong keys.",
-    )
     ui_session_minutes: int = Field(
         default=240, ge=1, le=10_080, description="How long a /ui sign-in lasts before the inspector asks again.",
     )
