@@ -166,3 +166,37 @@ def test_a_store_written_before_ids_were_scoped_is_migrated_at_start(tmp_path: P
         assert content_of(client, "old-7", B) == "B's own"
     finally:
         migrated.extensions["acn"].close()
+
+
+def test_archive_rows_of_a_request_killed_before_its_commit_are_swept(tmp_path: Path) -> None:
+    """What a replica SIGKILLed between its archive write and its commit leaves (the first half of record_turn,
+    run by record_turn's own functions), then the next request of the session on a fresh process."""
+    from acn.common.models import Message, Namespace
+    from acn.compaction.segments import group_turns
+    from acn.memory.archive import archive_new_turns
+
+    app = create_app(make_settings(tmp_path))
+    runtime = app.extensions["acn"]
+    try:
+        client = app.test_client()
+        assert post(client, "record_turn", {**NS, "messages": [{"role": "user", "content": "first turn"}]}
+                    ).status_code == 200
+        namespace = Namespace(**NS)
+        with runtime.sessions.locked("default", namespace):
+            state = runtime.sessions.head("default", namespace)
+            runtime.sessions.begin_archive("default", namespace, state)
+            killed = [Message(role="user", content="never acknowledged zebra", turn=state.turn + 1)]
+            archive_new_turns(runtime.memories, "default", namespace, group_turns(killed, state.turn + 1))
+    finally:
+        runtime.close()  # the process goes; its archive rows stay, its commit never came
+    again = create_app(make_settings(tmp_path))
+    try:
+        client = again.test_client()
+        recorded = post(client, "record_turn", {**NS, "messages": [{"role": "user", "content": "second turn"}]})
+        assert recorded.get_json()["turn"] == 2
+        archive = client.get("/v1/memories", query_string={**NS, "kinds": "turn"}).get_json()["memories"]
+        assert sorted((m["turn_range"][0], m["content"]) for m in archive) == [(1, "first turn"), (2, "second turn")]
+        found = post(client, "memory_retrieve", {**NS, "query": "zebra", "kinds": ["turn"]}).get_json()["memories"]
+        assert [m["content"] for m in found if "zebra" in m["content"]] == []
+    finally:
+        again.extensions["acn"].close()

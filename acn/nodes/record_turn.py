@@ -79,6 +79,11 @@ def run(request: RecordTurnRequest, deps: Deps) -> RecordTurnResponse:
             raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
                                 "reload and retry")
         incoming = numbered(request.messages, state.turn, request.redact_pii)
+        if sessions.archiving_left(deps.tenant, request):
+            # A request killed between its archive write and its commit: its rows are under turn numbers this
+            # turn is about to take, and were never acknowledged.
+            deps.memories.delete_turns_after(deps.tenant, request, state.turn)
+        sessions.begin_archive(deps.tenant, request, state)
         archived, created = archive_new_turns(deps.memories, deps.tenant, request,
                                               group_turns(incoming, state.turn + 1))
         try:

@@ -224,6 +224,16 @@ class MemoryRepository(MemoryQueries):
             finally:
                 self._forget_all()
 
+    def delete_turns_after(self, tenant: str, namespace: Namespace, turn: int) -> None:
+        """Delete the session's archived messages of turns after `turn`: what a request killed between its archive
+        write and its commit left (never acknowledged; the next turn would otherwise share their number)."""
+        where = session_filter(tenant, namespace).and_(
+            Filter('kind == "turn" and scope == "session" and turn_from > {left_after}', {"left_after": turn}))
+        try:
+            self.store.delete(self.spec.name, where)
+        finally:
+            self._forget_all()
+
     def delete_namespace(self, tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> None:
         """Delete every memory of an agent, optionally narrowed to one session or one user."""
         try:
