@@ -4,11 +4,13 @@ store written before ids were scoped is migrated at start (issue 34)."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -19,6 +21,7 @@ from acn.storage.milvus import MilvusStore
 from acn.storage.sessions import session_spec
 from acn.storage.store_facts import FACT_ROW
 from tests.conftest import make_settings, post
+from tests.redis_support import redis_server, replicas
 
 KEY_A, KEY_B = "tenant-a-key-0123456789", "tenant-b-key-0123456789"
 A = {"Authorization": f"Bearer {KEY_A}"}
@@ -200,3 +203,27 @@ def test_archive_rows_of_a_request_killed_before_its_commit_are_swept(tmp_path: 
         assert [m["content"] for m in found if "zebra" in m["content"]] == []
     finally:
         again.extensions["acn"].close()
+
+
+def test_one_tenant_importing_the_same_ids_through_two_replicas_answers_per_row(lite_server: str) -> None:
+    ids = [f"replica-{n:03d}" for n in range(100)]
+    prefix = "imp" + uuid.uuid4().hex[:8]  # the Milvus server is shared by the test session
+    with redis_server() as redis, replicas(lite_server, 2, ACN_REDIS_URL=redis.url,
+                                           ACN_COLLECTION_PREFIX=prefix) as started:
+        barrier = threading.Barrier(2)
+        answers: list[dict[str, Any]] = []
+
+        def run(base: str) -> None:
+            barrier.wait()
+            answers.append(requests.post(f"{base}/v1/memories/import", timeout=120,
+                                         json={"memories": [row(i, f"A {i}") for i in ids]}).json())
+
+        threads = [threading.Thread(target=run, args=(base,)) for base, _ in started]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted((a["created"], a["unchanged"]) for a in answers) == [(0, 100), (100, 0)], answers
+        listed = requests.get(f"{started[0][0]}/v1/memories", timeout=60,
+                              params={"agent_id": NS["agent_id"], "limit": 1000}).json()["memories"]
+        assert sorted(m["id"] for m in listed) == ids

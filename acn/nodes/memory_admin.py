@@ -173,8 +173,9 @@ def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportRes
         raise ValidationError("memories: the same id appears twice in one import")
     # Ids are scoped by tenant in the store (acn/storage/memory_rows.py stored_id): another tenant's rows with the
     # same ids are never read, replaced or told of. Imports of one tenant run one at a time, so two racing over
-    # the same ids answer per row (created, then unchanged or updated) instead of both inserting one key.
-    with memories.tenant_lock(deps.tenant):
+    # the same ids answer per row (created, then unchanged or updated) instead of both inserting one key; with
+    # ACN_REDIS_URL across replicas too (a Redis lease).
+    with memories.tenant_lock(deps.tenant), deps.sessions.tenant_exclusive(deps.tenant, "import"):
         existing = {m.id: m for m in memories.get_many(deps.tenant, ids)}
         created = [row for row in rows if row.id not in existing]
         changed = [row for row in rows if row.id in existing and existing[row.id] != row]

@@ -163,6 +163,17 @@ class SessionRepository:
                 if entry.users == 0:
                     del self._locks[key]
 
+    @contextmanager
+    def tenant_exclusive(self, tenant: str, what: str) -> Iterator[None]:
+        """Hold a tenant-wide lock named `what` across server processes: the Redis lease when ACN_REDIS_URL is
+        set (a tenant's imports), nothing more otherwise (the caller holds its in-process lock)."""
+        if self.coordinator is None:
+            yield
+            return
+        raw = json.dumps([tenant, what])
+        with self.coordinator.hold("t" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]):
+            yield
+
     def head(self, tenant: str, namespace: Namespace) -> SessionState:
         """Return the latest state (version 0 and empty when the session is new)."""
         key = (tenant, namespace.agent_id, namespace.session_id)
