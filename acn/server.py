@@ -33,13 +33,14 @@ from werkzeug.exceptions import HTTPException
 import acn.storage.allocator
 from acn.app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from acn.app.json_body import read_json_body
+from acn.app.key_guard import KeyGuard, open_key_guard
 from acn.app.openapi import build_admin_openapi, build_manifest, build_openapi
 from acn.app.proxies import TrustedProxyFix, parse_trusted_proxies
 from acn.app.responses import error_response, ok_response, validate
 from acn.app.runtime import Runtime
 from acn.app.statuses import http_status, retry_after
-from acn.common.auth import authenticate, parse_api_keys
-from acn.common.errors import PackError, UnauthorizedError, UnknownNodeError
+from acn.common.auth import parse_api_keys
+from acn.common.errors import PackError, SignInThrottledError, UnauthorizedError, UnknownNodeError
 from acn.common.logs import configure_logging
 from acn.common.metrics import Metrics
 from acn.common.pack import VERSION
@@ -94,14 +95,17 @@ def create_app(settings: Settings | None = None) -> Flask:
         app.extensions["acn_metrics"].watch_store(lock_stats)
     nodes = all_nodes()
     app.extensions["acn_nodes"] = nodes
-    app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys)
+    metrics: Metrics = app.extensions["acn_metrics"]
+    guard = open_key_guard(settings.redis_url, prefix=settings.collection_prefix, observe=metrics.observe_auth)
+    app.extensions["acn_key_guard"] = guard
+    app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys, guard)
     policy = build_policy(settings.allowed_hosts, settings.cors_origins, settings.host, bool(keys), FORM_PREFIXES)
     app.extensions["acn_guard"] = policy
-    _register_hooks(app, keys, policy)
+    _register_hooks(app, keys, policy, guard)
     _register_errors(app)
     _register_node_routes(app, runtime, nodes)
     _register_admin_routes(app, runtime)
-    _register_meta_routes(app, runtime, nodes, keys)
+    _register_meta_routes(app, runtime, nodes, keys, guard)
     register_dify_extension(app, runtime)
     # The inspector's /ui pages take the API key header or their own sign-in cookie (acn/inspector/signin.py).
     app.register_blueprint(create_blueprint())
@@ -111,7 +115,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 # -- request lifecycle ---------------------------------------------------------------------
 
 
-def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy) -> None:
+def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy, guard: KeyGuard) -> None:
     ui_auth: UiAuth = app.extensions["acn_ui_auth"]
     # /healthz and /metrics check keys themselves (a bare health answer, a metrics token).
     open_paths = {"/healthz", "/openapi.json", "/openapi-admin.json", "/v1/manifest", "/metrics"}
@@ -131,7 +135,7 @@ def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy) -> No
         elif covers_ui(request.path):  # the key header, or the /ui sign-in cookie (which nothing outside /ui takes)
             g.tenant = ui_auth.tenant(request)
         else:
-            g.tenant = authenticate(request.headers.get("Authorization"), keys)
+            g.tenant = guard.authenticate(request.headers.get("Authorization"), keys, client_address(), "api_key")
         return None
 
     @app.after_request
@@ -168,6 +172,11 @@ def _register_errors(app: Flask) -> None:
     def _unexpected(error: Exception) -> Response:
         log.error("unexpected error", exc_info=error, extra={"request_id": g.get("request_id", "")})
         return error_response(500, "internal_error", "unexpected server error; see the logs for this request_id")
+
+
+def client_address() -> str:
+    """Return the client's address the throttle counts by (the proxy's client with ACN_TRUSTED_PROXIES)."""
+    return request.remote_addr or "unknown"
 
 
 def route_label() -> str:
@@ -218,14 +227,16 @@ def _register_admin_routes(app: Flask, runtime: Runtime) -> None:
         return ok_response(delete_memory(memory_id, deps()))
 
 
-def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpec], keys: dict[str, str]) -> None:
+def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpec], keys: dict[str, str],
+                          guard: KeyGuard) -> None:
     def as_json(data: Any) -> Response:
         return Response(json.dumps(data, ensure_ascii=False), mimetype="application/json")
 
     def has_valid_key() -> bool:
+        # The keyed answers below tell a right key from a wrong one: the same throttle as every other route.
         try:
-            authenticate(request.headers.get("Authorization"), keys)
-        except UnauthorizedError:
+            guard.authenticate(request.headers.get("Authorization"), keys, client_address(), "api_key")
+        except (UnauthorizedError, SignInThrottledError):
             return False
         return True
 

@@ -84,24 +84,25 @@ def test_export_then_import_into_an_empty_store_reproduces_every_row() -> None:
 
 
 def test_import_is_tenant_scoped_and_checks_every_field() -> None:
-    keys = "key-a:tenant-a,key-b:tenant-b"
+    keys = "key-a-0123456789abcdef:tenant-a,key-b-0123456789abcdef:tenant-b"
     with serving(ACN_API_KEYS=keys) as base:
-        written = requests.post(f"{base}/v1/nodes/memory_write", timeout=60, headers={"Authorization": "Bearer key-a"},
+        written = requests.post(f"{base}/v1/nodes/memory_write", timeout=60, headers={"Authorization": "Bearer key-a-0123456789abcdef"},
                                 json={"agent_id": "a", "session_id": "s", "items": [{"content": "甲方的秘密"}]})
         row = written.json()["results"][0]
-        stolen = requests.get(f"{base}/v1/memories/{row['id']}", timeout=30, headers={"Authorization": "Bearer key-a"})
+        stolen = requests.get(f"{base}/v1/memories/{row['id']}", timeout=30, headers={"Authorization": "Bearer key-a-0123456789abcdef"})
         memory = stolen.json()["memory"]
-        # Tenant b imports a row with tenant a's id (ids are the store's primary key): refused, a's row untouched.
-        other = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b"},
+        # Tenant b imports a row with tenant a's id: ids are scoped by tenant, so it is b's own new row (as for an
+        # id nobody holds), and a's row is untouched.
+        other = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b-0123456789abcdef"},
                               json={"memories": [{**memory, "content": "被改写"}]})
-        assert other.status_code == 409 and other.json()["code"] == "id_taken", other.text
-        mine = requests.get(f"{base}/v1/memories/{row['id']}", timeout=30, headers={"Authorization": "Bearer key-a"})
+        assert other.status_code == 200 and other.json()["created"] == 1, other.text
+        mine = requests.get(f"{base}/v1/memories/{row['id']}", timeout=30, headers={"Authorization": "Bearer key-a-0123456789abcdef"})
         assert mine.json()["memory"]["content"] == "甲方的秘密"
-        bad = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b"},
+        bad = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b-0123456789abcdef"},
                             json={"memories": [{**memory, "agent_id": "a' or 1==1", "extra": 1}]})
         assert bad.status_code == 422 and bad.json()["code"] == "validation_error"
         assert "memories.0.agent_id" in bad.text and "memories.0.extra" in bad.text
-        huge = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b"},
+        huge = requests.post(f"{base}/v1/memories/import", timeout=30, headers={"Authorization": "Bearer key-b-0123456789abcdef"},
                              json={"memories": [{**memory, "id": "mem_huge", "content": "长" * 30000}]})
         assert huge.status_code == 422 and "memories.0.content" in huge.text  # 90 KB: beyond the store's VARCHAR
         anonymous = requests.post(f"{base}/v1/memories/import", timeout=30, json={"memories": [memory]})

@@ -22,7 +22,7 @@ from acn.server import create_app
 from acn.storage.base import Filter
 from acn.storage.embedding_backlog import EmbeddingBacklog
 from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import EMBEDDED_FIELD, memory_spec, pending_vector
+from acn.storage.memory_rows import EMBEDDED_FIELD, client_id, memory_spec, pending_vector
 from acn.storage.milvus import MilvusStore
 from tests.conftest import ROOT, make_settings, post, record_filters
 
@@ -55,7 +55,7 @@ def opened(tmp_path: Path) -> Iterator[tuple[MilvusStore, MemoryRepository]]:
 def stored(repository: MemoryRepository) -> dict[str, dict[str, object]]:
     rows = repository.store.query(repository.spec.name, Filter(""), fields=["id", "content", "valid_to", "dense",
                                                                              EMBEDDED_FIELD], limit=100)
-    return {str(row["id"]): row for row in rows}
+    return {client_id(str(row["id"])): row for row in rows}  # keyed by the ids clients know
 
 
 @pytest.mark.parametrize("within", [NS, None], ids=["in-process index", "store search"])

@@ -17,7 +17,7 @@ import yaml
 from acn.common.settings import ENV_PREFIX, Settings
 from tests.conftest import ROOT, free_port, server_env, wait_for_port
 
-KEY = "deploy-key"
+KEY = "deploy-key-0123456789"
 GUIDE = ROOT / "docs" / "DEPLOYMENT.md"
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
 

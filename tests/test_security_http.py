@@ -24,7 +24,7 @@ from flask.testing import FlaskClient
 from acn.server import create_app
 from tests.conftest import assert_error, make_settings, post, serving
 
-KEY = "security-key-1"
+KEY = "security-key-1-0123456789"
 METRICS_TOKEN = "scrape-token-9"
 
 

@@ -9,6 +9,8 @@
                                                               memory_write, so dedup and supersede apply)
     acn delete --agent A [--session S | --user U] [--yes] | acn delete MEMORY_ID [--yes]
     acn sessions --agent A --session S                        (the session's versions)
+    acn keygen [--tenant T]                                   (a new random API key; with --tenant, the
+                                                              key:tenant entry for ACN_API_KEYS)
 
 --url (ACN_URL, default http://127.0.0.1:8000) and --key (ACN_KEY) pick the server. Counts and progress go to
 stderr (progress only when stderr is a terminal). delete asks first; without a terminal it needs --yes.
@@ -19,11 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import secrets
 import sys
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import requests
+
+from acn.common.models import IDENTIFIER_PATTERN
 
 BATCH = 100
 # memory_write's actions, as an import reports them.
@@ -185,7 +191,16 @@ def cmd_sessions(client: Client, args: argparse.Namespace) -> None:
               f"{version['segments']} segments\t{version['buffer_messages']} buffered")
 
 
-COMMANDS = {"list": cmd_list, "show": cmd_show, "export": cmd_export, "import": cmd_import,
+def cmd_keygen(_client: Client, args: argparse.Namespace) -> None:
+    print(new_api_key() + (f":{args.tenant}" if args.tenant else ""))
+
+
+def new_api_key() -> str:
+    """Return a new API key: 256 random bits, URL-safe (no ':' or ',' that ACN_API_KEYS splits on)."""
+    return "acn_" + secrets.token_urlsafe(32)
+
+
+COMMANDS = {"keygen": cmd_keygen, "list": cmd_list, "show": cmd_show, "export": cmd_export, "import": cmd_import,
             "delete": cmd_delete, "sessions": cmd_sessions}
 
 
@@ -198,6 +213,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--agent")
     root.add_argument("--session")
     root.add_argument("--user")
+    root.add_argument("--tenant", help="the tenant a new key signs in as (keygen)")
     root.add_argument("--kinds", help="comma-separated kinds (list)")
     root.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     return root
@@ -214,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         usage(f"{args.command} needs --agent")
     if args.command == "show" and not args.target:
         usage("show needs a MEMORY_ID")
+    if args.tenant and (args.command != "keygen" or not re.fullmatch(IDENTIFIER_PATTERN, args.tenant)):
+        usage("--tenant is for keygen, and must be an identifier (letters, digits, _.:@-)")
     if args.target and args.command not in ("show", "delete"):
         usage(f"{args.command} takes no MEMORY_ID")
     COMMANDS[args.command](Client(args.url, args.key), args)

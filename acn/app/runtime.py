@@ -25,8 +25,9 @@ from acn.storage.embedding_backlog import EmbeddingBacklog
 from acn.storage.lite.tokens import share_segmentation
 from acn.storage.memories import MemoryRepository
 from acn.storage.milvus import MilvusStore, open_store
-from acn.storage.sealed import RowSealer
+from acn.storage.sealed import RefusedStore, RowSealer
 from acn.storage.sessions import SessionRepository
+from acn.storage.store_facts import check_encryption, read_fact, store_secret, write_fact
 from acn.text.byte_cache import TEXT_CACHE
 from acn.text.model_cache import cache_dir_setting, load_jieba_dictionary
 from acn.text.tokens import Tokenizer, load_tokenizer
@@ -152,6 +153,17 @@ class Runtime:
                                          redact=settings.redact_snapshots,
                                          coordinator=open_coordinator(settings))
             sessions.open()
+            # A key setting the store was not written with stops the start, with the reason: served, it would
+            # write plaintext into an encrypted store (or text under another key), and /healthz would say ok.
+            if isinstance(memories.store, RefusedStore):
+                raise memories.store.reason
+            marker_cipher = SnapshotCipher(settings.encryption_key, what="store's key marker")
+            check_encryption(store, sessions.spec.name, marker_cipher,
+                             sealed_memories=store.exists(memories.sealed_collection))
+            memories.secret = store_secret(store, sessions.spec.name, marker_cipher)
+            if read_fact(store, sessions.spec.name, "ids_scoped") is None:  # a store from before ids were scoped
+                memories.scope_legacy_ids()
+                write_fact(store, sessions.spec.name, "ids_scoped", "v1")
             if memories.warming is not None:
                 warming.append(memories.warming)
             _join(warming, WARM_WAIT_SECONDS)

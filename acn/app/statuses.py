@@ -17,6 +17,7 @@ from acn.common.errors import (
     ProviderError,
     ProviderTimeoutError,
     RetryLaterError,
+    TooManyRequestsError,
     UnauthorizedError,
     UnsupportedMediaError,
     ValidationError,
@@ -32,6 +33,7 @@ STATUS_BY_FAMILY: dict[type[PackError], int] = {
     UnsupportedMediaError: 415,
     MisdirectedHostError: 421,
     ValidationError: 422,
+    TooManyRequestsError: 429,
     ProviderError: 502,
     RetryLaterError: 503,
     ProviderTimeoutError: 504,
@@ -50,4 +52,6 @@ def http_status(error: PackError) -> int:
 
 def retry_after(error: PackError) -> int | None:
     """Return the Retry-After seconds for an error a retry can fix, else None."""
+    if isinstance(error, TooManyRequestsError):
+        return error.seconds
     return RETRY_AFTER_SECONDS if isinstance(error, RetryLaterError) else None

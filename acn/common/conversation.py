@@ -1,8 +1,10 @@
 """The conversation's shapes, said once: what a turn is, how messages are numbered into turns, session state.
 
-A user message opens the next turn and every other message joins the turn it follows; a client may number a
-user message ahead (`turn`), never back. record_turn numbers incoming messages by this rule, compaction and
-assembly group a buffer by it, the archive stores turns, and the edit rules protect the last few of them.
+A user message opens the next turn and every other message joins the turn it follows. A session numbers its turns
+one by one (record_turn: a client's `turn` may repeat the server's number, never run ahead of it); messages given
+without a session (compact's `messages`) may carry their own numbers, taken when ahead. record_turn numbers incoming
+messages by this rule, compaction and assembly group a buffer by it, the archive stores turns, and the edit rules
+protect the last few of them.
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ def following_turn(previous: int, message: Message) -> int:
 
 
 def number_messages(messages: list[Message], last_turn: int) -> list[tuple[int, Message]]:
-    """Return each message with the number of the turn it belongs to, continuing after `last_turn`."""
+    """Return each message with the number of the session turn it belongs to, continuing after `last_turn`.
+
+    A session numbers its own turns one by one: a client's `turn` is not taken here (record_turn refuses one that
+    runs ahead, `turn_ahead`), so one message cannot push every later turn of the session to 10^9.
+    """
     turn = max(last_turn, 0)
     numbered = []
     for message in messages:
         if opens_turn(message, turn > 0):
-            turn = following_turn(turn, message)
+            turn += 1
         numbered.append((turn, message))
     return numbered
 

@@ -63,12 +63,6 @@ class LeaseLostError(ConflictError):
     code = "lease_lost"
 
 
-class IdTakenError(ConflictError):
-    """An imported row names an id that another tenant's row holds (ids are the store's primary key)."""
-
-    code = "id_taken"
-
-
 class PayloadTooLargeError(PackError):
     code = "payload_too_large"
 
@@ -97,6 +91,13 @@ class TooMuchWorkError(ValidationError):
     """A request asks for more work (messages, characters to compact) than the server does in one call."""
 
     code = "too_much_work"
+
+
+class TurnAheadError(ValidationError):
+    """A client-given turn number runs ahead of the session: one number would make every later turn, and every
+    page that draws the session's turns, as large as it (turn 10^9 after turn 1)."""
+
+    code = "turn_ahead"
 
 
 class ConfigurationError(PackError):
@@ -136,6 +137,22 @@ class BusyError(RetryLaterError):
     """Every slot for CPU-heavy work is taken and none came free in time; the server sends Retry-After."""
 
     code = "busy"
+
+
+class TooManyRequestsError(PackError):
+    """A client failed too often (wrong API keys, sign-ins): refused until `seconds` pass (429 with Retry-After)."""
+
+    code = "too_many_requests"
+
+    def __init__(self, message: str, errors: list[str] | None = None, *, seconds: int = 1) -> None:
+        super().__init__(message, errors)
+        self.seconds = seconds
+
+
+class SignInThrottledError(TooManyRequestsError):
+    """Too many failed keys from one client address: its next attempt waits (the wait grows with the failures)."""
+
+    code = "sign_in_throttled"
 
 
 class ProviderTimeoutError(PackError):

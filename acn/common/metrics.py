@@ -55,6 +55,11 @@ class Metrics:
             "stored-row bounds (acn/common/stored.py; assemble counts its own in acn_assemble_repairs).",
             registry=self.registry)
 
+        self.auth_events = Counter(
+            "acn_auth_failures", "Wrong API keys (event=failed) and requests refused while their address waits "
+            "(event=throttled), by where the key was presented (api_key, sign_in).", ["event", "where"],
+            registry=self.registry)
+
         self.embedding_backlog = Gauge(
             "acn_embedding_backlog", "Rows this process has queued for their vectors (ACN_EMBEDDING_BACKLOG); "
             "a steady rise means writes outpace the embedder.", registry=self.registry)
@@ -67,6 +72,10 @@ class Metrics:
         self.store_lock_waits_behind_background = Gauge(
             "acn_store_write_lock_waits_behind_background", "Requests that waited for the store's write lock while "
             "background work (the flusher, the embedding worker's vector writes) held it.", registry=self.registry)
+
+    def observe_auth(self, event: str, where: str) -> None:
+        """Count a wrong key or a throttled request (acn/app/key_guard.py)."""
+        self.auth_events.labels(event=event, where=where).inc()
 
     def watch_store(self, lock_stats: Callable[[], dict[str, float]]) -> None:
         """Read the store's write-lock counters (MilvusStore.lock_stats) at each scrape."""

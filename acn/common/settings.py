@@ -57,7 +57,8 @@ class Settings(StrictModel):
         description=(
             "Comma-separated `key:tenant` pairs, or a path to a file with one pair per line. When set, every request "
             "needs `Authorization: Bearer <key>` (the `/ui` inspector also takes the cookie its sign-in page hands "
-            "out) and each tenant sees only its own rows."
+            "out) and each tenant sees only its own rows. Keys shorter than 16 characters stop the start; "
+            "`acn keygen` prints a good one."
         ),
     )
     ui_secret: str = Field(

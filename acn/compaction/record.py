@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from acn.common.conversation import OBSERVED_EVENTS_KEPT, SessionState, group_turns, number_messages
-from acn.common.errors import BusyError, ConflictError, ValidationError
+from acn.common.errors import BusyError, ConflictError, TurnAheadError, ValidationError
 from acn.common.models import (
     MAX_TURN,
     MAX_VERSION,
@@ -85,6 +85,11 @@ def record(request: RecordTurnRequest, deps: Deps, *, event_id: str | None = Non
         if event_id is not None and event_id in state.observed_events:
             return None
         incoming = numbered(request.messages, state.turn, request.redact_pii)
+        if sessions.archiving_left(deps.tenant, request):
+            # A request killed between its archive write and its commit: its rows are under turn numbers this
+            # turn is about to take, and were never acknowledged.
+            deps.memories.delete_turns_after(deps.tenant, request, state.turn)
+        sessions.begin_archive(deps.tenant, request, state)
         archived, created = archive_new_turns(deps.memories, deps.tenant, request,
                                               group_turns(incoming, state.turn + 1))
         try:
@@ -111,10 +116,16 @@ def record(request: RecordTurnRequest, deps: Deps, *, event_id: str | None = Non
 def numbered(messages: list[Message], last_turn: int, redact: bool) -> list[Message]:
     """Return the messages with turn numbers: a user message opens the next turn, others join it."""
     result = []
-    for turn, message in number_messages(messages, last_turn):
+    for index, (turn, message) in enumerate(number_messages(messages, last_turn)):
         if turn > MAX_TURN:
             # model_copy does not validate: without this check a state that cannot be read back is stored.
             raise ValidationError(f"turn numbers are exhausted for this session (limit {MAX_TURN})")
+        if message.turn is not None and message.turn > turn:
+            # A client's number may repeat the server's, never run ahead of it: one message saying turn 10^9 made
+            # every later turn that large, and the session page drew a cell per number (gigabytes).
+            raise TurnAheadError(f"messages[{index}].turn: {message.turn} runs ahead of the session (this message "
+                                 f"is turn {turn}); omit turn to let the server number it",
+                                 [f"messages.{index}.turn: at most {turn}"])
         if redact:  # content, name, meta and tool-call arguments alike
             message = redact_message(message)[0]
         result.append(message.model_copy(update={"turn": turn}))

@@ -21,6 +21,9 @@ from acn.services.deps import Deps
 # list_memories refuses offsets beyond this; a session with more rows shows the first ones and says so.
 MAX_OFFSET = 15_000
 PREVIEW_CHARS = 80
+# Turns the timeline draws at once: the page costs the same whatever turn numbers are stored (a number a client
+# sent once, 10^9, drew 10^9 cells: gigabytes, and a server killed for memory fails every tenant).
+TURN_WINDOW = 200
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,37 @@ class MemoryRow:
     chain: list[Memory]
 
 
+@dataclass(frozen=True)
+class TurnWindow:
+    """The turns the timeline draws: [first, last] of the session's 1..count, at most TURN_WINDOW of them."""
+
+    first: int
+    last: int
+    count: int
+
+    @property
+    def earlier(self) -> int | None:
+        """Return the first turn of the window before this one (None: this is the first)."""
+        return max(1, self.first - TURN_WINDOW) if self.first > 1 else None
+
+    @property
+    def later(self) -> int | None:
+        """Return the first turn of the window after this one (None: this is the last)."""
+        return self.last + 1 if self.last < self.count else None
+
+    def column(self, turn: int) -> int:
+        """Return the timeline grid column of a turn, clipped to the window (1 .. width + 1)."""
+        return min(max(turn, self.first), self.last + 1) - self.first + 1
+
+
+def turn_window(count: int, start: int | None) -> TurnWindow:
+    """Return the window starting at `start` (default: the latest turns), within 1..count."""
+    if count < 1:
+        return TurnWindow(first=1, last=0, count=0)
+    first = max(1, count - TURN_WINDOW + 1) if start is None else min(max(start, 1), count)
+    return TurnWindow(first=first, last=min(count, first + TURN_WINDOW - 1), count=count)
+
+
 @dataclass
 class SessionPage:
     namespace: Namespace
@@ -81,19 +115,23 @@ class SessionPage:
     buffer_range: tuple[int, int] | None
     memories: list[MemoryRow]
     truncated: bool
+    window: TurnWindow
+
 
     @property
     def latest(self) -> int:
         return self.versions[-1].version if self.versions else 0
 
 
-def session_page(namespace: Namespace, deps: Deps) -> SessionPage:
-    """Return everything the session page shows, read through the session and memory nodes."""
+def session_page(namespace: Namespace, deps: Deps, turns_from: int | None = None) -> SessionPage:
+    """Return everything the session page shows, read through the session and memory nodes; the timeline holds
+    the TURN_WINDOW turns from `turns_from` (default: the latest)."""
     request = SessionStateRequest(**namespace.model_dump())
     state = run_state(request, deps)
     versions = run_versions(SessionVersionsRequest(**namespace.model_dump()), deps).versions
     memories, truncated = all_memories(namespace, deps)
-    turns = turn_views(state, memories)
+    window = turn_window(last_turn(state, memories), turns_from)
+    turns = turn_views(state, memories, window)
     segments = [SegmentView(segment=s, first=s.turn_range[0], last=s.turn_range[-1],
                             turns=[t for t in turns if s.turn_range[0] <= t.number <= s.turn_range[-1]])
                 for s in state.segments]
@@ -101,7 +139,12 @@ def session_page(namespace: Namespace, deps: Deps) -> SessionPage:
     return SessionPage(namespace=namespace, state=state, versions=versions, turns=turns, segments=segments,
                        buffer_range=(buffered[0], buffered[-1]) if buffered else None,
                        memories=memory_rows([m for m in memories if m.kind != "turn"]) + memory_rows(
-                           [m for m in memories if m.kind == "turn"]), truncated=truncated)
+                           [m for m in memories if m.kind == "turn"]), truncated=truncated, window=window)
+
+
+def last_turn(state: SessionStateResponse, memories: list[Memory]) -> int:
+    """Return the highest turn number the session's state or archive rows know of."""
+    return max([state.turn, *(m.turn_range[0] for m in memories if m.kind == "turn" and m.turn_range)], default=0)
 
 
 def all_memories(namespace: Namespace, deps: Deps) -> tuple[list[Memory], bool]:
@@ -116,11 +159,11 @@ def all_memories(namespace: Namespace, deps: Deps) -> tuple[list[Memory], bool]:
     return found, offset is not None
 
 
-def turn_views(state: SessionStateResponse, memories: list[Memory]) -> list[TurnView]:
-    """Return turns 1..last, each with its archived messages, memories and what carries it now."""
-    archived = [m for m in memories if m.kind == "turn" and m.turn_range]
-    last = max([state.turn, *(m.turn_range[0] for m in archived if m.turn_range)], default=0)
-    turns = {number: TurnView(number) for number in range(1, last + 1)}
+def turn_views(state: SessionStateResponse, memories: list[Memory], window: TurnWindow) -> list[TurnView]:
+    """Return the window's turns, each with its archived messages, memories and what carries it now."""
+    archived = [m for m in memories if m.kind == "turn" and m.turn_range
+                and window.first <= m.turn_range[0] <= window.last]
+    turns = {number: TurnView(number) for number in range(window.first, window.last + 1)}
     for number, messages in archived_messages(archived).items():
         if number in turns:
             turns[number].messages = messages

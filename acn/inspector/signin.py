@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from flask import Request, g
 
+from acn.app.key_guard import KeyGuard
 from acn.common.auth import authenticate
 from acn.common.errors import CsrfError, UnauthorizedError
 from acn.common.settings import Settings
@@ -77,15 +78,23 @@ def derive_secret(ui_secret: str, keys: dict[str, str]) -> bytes:
 class UiAuth:
     """Issues and checks /ui session tokens and CSRF tokens for one app."""
 
-    def __init__(self, keys: dict[str, str], secret: bytes, lifetime_seconds: int) -> None:
+    def __init__(self, keys: dict[str, str], secret: bytes, lifetime_seconds: int,
+                 guard: KeyGuard | None = None) -> None:
         self.keys = keys
+        self.guard = guard
         self.secret = secret
         self.lifetime = lifetime_seconds
         self.tenants = {self.key_id(key): tenant for key, tenant in keys.items()}
 
     @classmethod
-    def from_settings(cls, settings: Settings, keys: dict[str, str]) -> UiAuth:
-        return cls(keys, derive_secret(settings.ui_secret, keys), settings.ui_session_minutes * 60)
+    def from_settings(cls, settings: Settings, keys: dict[str, str], guard: KeyGuard | None = None) -> UiAuth:
+        return cls(keys, derive_secret(settings.ui_secret, keys), settings.ui_session_minutes * 60, guard)
+
+    def check_key(self, authorization: str | None, request: Request, where: str) -> str:
+        """Return the tenant of a presented key, through the throttle of the client's address when there is one."""
+        if self.guard is None:
+            return authenticate(authorization, self.keys)
+        return self.guard.authenticate(authorization, self.keys, request.remote_addr or "unknown", where)
 
     @property
     def open(self) -> bool:
@@ -134,7 +143,7 @@ class UiAuth:
             return ""
         header = request.headers.get("Authorization")
         if header:
-            tenant = authenticate(header, self.keys)
+            tenant = self.check_key(header, request, "api_key")
             presented = header.partition(" ")[2].strip()
             g.ui_credential = Credential(tenant, binding=f"key:{self.key_id(presented)}")
             return tenant

@@ -19,8 +19,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from acn.app.json_body import read_json_body
 from acn.app.responses import ok_response, validate
-from acn.common.auth import authenticate
-from acn.common.errors import NotFoundError, PackError, ValidationError
+from acn.common.errors import NotFoundError, PackError, SignInThrottledError, ValidationError
 from acn.common.models import Namespace
 from acn.common.stored import stamp_problem
 from acn.inspector.diff import version_diff
@@ -52,6 +51,7 @@ CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data
 
 
 VERSION_ARG = re.compile(r"[0-9]{1,9}")
+TURN_ARG = re.compile(r"[0-9]{1,10}")
 
 
 def create_blueprint() -> Blueprint:
@@ -103,6 +103,16 @@ def version_arg(name: str) -> int:
     return int(value)
 
 
+def turns_from_arg() -> int | None:
+    """Read the first turn the timeline shows; absent: the latest turns. Only ASCII digits, at most ten."""
+    value = request.args.get("turns_from")
+    if value is None:
+        return None
+    if not TURN_ARG.fullmatch(value):
+        raise ValidationError("turns_from: a turn number is required", ["turns_from: invalid"])
+    return int(value)
+
+
 def namespaces_view() -> str:
     query = request.args.get("q", "")
     return render_template("inspector/namespaces.html", overview=overview(current_app.extensions["acn"],
@@ -110,7 +120,7 @@ def namespaces_view() -> str:
 
 
 def session_view(agent_id: str, session_id: str) -> str:
-    page = session_page(namespace(agent_id, session_id), deps())
+    page = session_page(namespace(agent_id, session_id), deps(), turns_from_arg())
     return render_template("inspector/session.html", page=page, kinds=KINDS, modes=MODES, layers=LAYERS)
 
 
@@ -163,7 +173,11 @@ def login_view() -> BaseResponse | str:
         return login_form(403, "sign_in_expired")
     key = request.form.get("api_key", "").strip()
     try:
-        authenticate(f"Bearer {key}", auth.keys)
+        auth.check_key(f"Bearer {key}", request, "sign_in")
+    except SignInThrottledError as error:
+        throttled = login_form(429, "sign_in_throttled")
+        throttled.headers["Retry-After"] = str(error.seconds)
+        return throttled
     except PackError:
         return login_form(401, "sign_in_failed")
     response = redirect(safe_next(request.form.get("next")), code=303)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from acn.common.errors import IdTakenError, NotFoundError, ValidationError
+from acn.common.errors import NotFoundError, ValidationError
 from acn.common.models import (
     IDENTIFIER_PATTERN,
     INT64_MAX,
@@ -27,6 +27,7 @@ from acn.common.models import (
 from acn.common.stored import memory_problems
 from acn.memory.items import MAX_CONTENT_CHARS
 from acn.services.deps import Deps
+from acn.storage.memory_rows import SCOPED_ID_CHARS
 
 PAGE_LIMIT = 1000
 IMPORT_LIMIT = 1000
@@ -85,7 +86,8 @@ class ImportedMemory(Memory):
     reach filters), keys carry no quote, numbers fit int64.
     """
 
-    id: Identifier
+    # An id is scoped by tenant in the store's 128-character key (acn/storage/memory_rows.py): at most 111 here.
+    id: Identifier = Field(max_length=SCOPED_ID_CHARS)
     # What memory_write and the turn archive write at most: within the store's VARCHAR bytes, sealed or not.
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     key: str | None = Field(default=None, max_length=128, pattern=KEY_PATTERN)
@@ -176,14 +178,15 @@ def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportRes
     ids = list(dict.fromkeys(row.id for row in rows))
     if len(ids) != len(rows):
         raise ValidationError("memories: the same id appears twice in one import")
-    # An upsert by id would replace another tenant's row with the same id: such rows are refused, whole import.
-    if memories.taken_elsewhere(deps.tenant, ids):
-        raise IdTakenError("memories: some ids are already used by rows this key cannot see; export them again "
-                            "from this tenant, or drop the id field to write the lines as new items")
-    existing = {m.id: m for m in memories.get_many(deps.tenant, ids)}
-    created = [row for row in rows if row.id not in existing]
-    changed = [row for row in rows if row.id in existing and existing[row.id] != row]
-    if created or changed:
-        memories.save(deps.tenant, created + changed, new_ids={row.id for row in created})
+    # Ids are scoped by tenant in the store (acn/storage/memory_rows.py stored_id): another tenant's rows with the
+    # same ids are never read, replaced or told of. Imports of one tenant run one at a time, so two racing over
+    # the same ids answer per row (created, then unchanged or updated) instead of both inserting one key; with
+    # ACN_REDIS_URL across replicas too (a Redis lease).
+    with memories.tenant_lock(deps.tenant), deps.sessions.tenant_exclusive(deps.tenant, "import"):
+        existing = {m.id: m for m in memories.get_many(deps.tenant, ids)}
+        created = [row for row in rows if row.id not in existing]
+        changed = [row for row in rows if row.id in existing and existing[row.id] != row]
+        if created or changed:
+            memories.save(deps.tenant, created + changed, new_ids={row.id for row in created})
     return MemoryImportResponse(created=len(created), updated=len(changed),
                                 unchanged=len(rows) - len(created) - len(changed))

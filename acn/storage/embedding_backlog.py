@@ -48,7 +48,7 @@ from typing import Any
 from acn.storage.base import Filter, Record
 from acn.storage.lite.read_priority import READS
 from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import EMBEDDED_FIELD, OUTPUT_FIELDS
+from acn.storage.memory_rows import EMBEDDED_FIELD, OUTPUT_FIELDS, client_id, stored_id
 
 log = logging.getLogger("acn.embedding")
 PENDING = Filter("embedded == 0")
@@ -191,7 +191,7 @@ class EmbeddingBacklog:
                                           limit=SCAN_ROWS)
         with self._condition:
             for row in rows:
-                self._queue.setdefault((str(row["tenant"]), str(row["id"])), str(row["content"]))
+                self._queue.setdefault((str(row["tenant"]), client_id(str(row["id"]))), str(row["content"]))
             if len(rows) >= SCAN_ROWS:
                 self._scan_due = True
         if rows:
@@ -263,11 +263,12 @@ class EmbeddingBacklog:
                  and current[memory_id]["content"] == content]
         if not ready:
             return []
-        whole: list[Record] = [{**current[memory_id], "dense": vector, EMBEDDED_FIELD: 1}
-                               for memory_id, vector in ready]
+        # Rows as stored: their primary keys, not the ids clients know (acn/storage/memory_rows.py stored_id).
+        whole: list[Record] = [{**current[memory_id], "id": stored_id(tenant, memory_id), "dense": vector,
+                                EMBEDDED_FIELD: 1} for memory_id, vector in ready]
         try:
-            store.update_fields(collection, [{"id": memory_id, "tenant": tenant, "dense": vector, EMBEDDED_FIELD: 1}
-                                             for memory_id, vector in ready])
+            store.update_fields(collection, [{"id": stored_id(tenant, memory_id), "tenant": tenant, "dense": vector,
+                                              EMBEDDED_FIELD: 1} for memory_id, vector in ready])
         except NotImplementedError:
             store.upsert(collection, whole)  # whole rows, re-read under write_order: one process only
         repository.vectors_filled(tenant, whole)
@@ -286,7 +287,8 @@ class EmbeddingBacklog:
         rows = self.repository.rows_by_id(tenant, list(texts), ["id", "content", EMBEDDED_FIELD])
         changed = [row for row in rows if row["content"] != texts[str(row["id"])] and row.get(EMBEDDED_FIELD) == 1]
         if changed:
-            store.update_fields(collection, [{"id": row["id"], "tenant": tenant, EMBEDDED_FIELD: 0} for row in changed])
+            store.update_fields(collection, [{"id": stored_id(tenant, str(row["id"])), "tenant": tenant,
+                                              EMBEDDED_FIELD: 0} for row in changed])
             self.notify(tenant, [(str(row["id"]), str(row["content"])) for row in changed])
 
     def _run(self) -> None:

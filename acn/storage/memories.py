@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from acn.storage.memory_rows import (
     OUTPUT_FIELDS,
     QUERY_WINDOW,
     Scored,
+    client_id,
     from_record,
     group_filter,
     id_range,
@@ -35,8 +37,11 @@ from acn.storage.memory_rows import (
     one_per_text,
     pending_vector,
     session_filter,
+    stored_id,
+    stored_ids,
     tenant_filter,
     to_record,
+    with_client_id,
 )
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 
@@ -73,6 +78,9 @@ class MemoryRepository(MemoryQueries):
         self.sealer = sealer
         self.spec = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is not None)
         self._twin = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is None)
+        # The store's secret (acn/storage/store_facts.py), for deterministic ids another tenant cannot predict;
+        # Runtime.open sets it (a repository built without one, in tests, keys with a fixed one).
+        self.secret = b"acn unkeyed repository"
         self._raw_store = store
         self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
         self._clock_lock = threading.Lock()
@@ -136,12 +144,18 @@ class MemoryRepository(MemoryQueries):
         except Exception as error:  # only a warm-up: the first request reports any real problem itself
             log.debug("store warm-up search failed: %s", error)
 
+    @property
+    def sealed_collection(self) -> str:
+        """Return the name of the encrypted memories collection (this one or its twin)."""
+        return self.spec.name if self.sealer is not None else self._twin.name
+
     def digest(self, text: str) -> str:
-        """Return a hex digest of text for ids derived from content: keyed when rows are encrypted at rest (a plain
-        hash would let anyone holding the files confirm a guessed message)."""
+        """Return a hex digest of text for ids derived from content, keyed: with the encryption key's derived key
+        when rows are encrypted at rest (a plain hash would let anyone holding the files confirm a guessed
+        message), else with the store's secret (a plain hash let another tenant predict archive ids)."""
         if self.sealer is not None:
             return self.sealer.digest(text)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return hmac.new(self.secret, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
     # -- time ------------------------------------------------------------------------------
 
@@ -197,8 +211,9 @@ class MemoryRepository(MemoryQueries):
         fresh = new_ids or set()
         with self.write_order:
             try:
-                self.store.insert(self.spec.name, [r for r in records if r["id"] in fresh])
-                self.store.upsert(self.spec.name, [r for r in records if r["id"] not in fresh])
+                self.store.insert(self.spec.name, [r for m, r in zip(memories, records, strict=True) if m.id in fresh])
+                self.store.upsert(self.spec.name,
+                                  [r for m, r in zip(memories, records, strict=True) if m.id not in fresh])
             except BaseException:
                 self._forget_all()  # part of the batch may have landed: nothing cached can be trusted
                 raise
@@ -210,9 +225,20 @@ class MemoryRepository(MemoryQueries):
         """Delete memories by id within a tenant."""
         if ids:
             try:
-                self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}", {"t": tenant, "ids": ids}))
+                self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}",
+                                                         {"t": tenant, "ids": stored_ids(tenant, ids)}))
             finally:
                 self._forget_all()
+
+    def delete_turns_after(self, tenant: str, namespace: Namespace, turn: int) -> None:
+        """Delete the session's archived messages of turns after `turn`: what a request killed between its archive
+        write and its commit left (never acknowledged; the next turn would otherwise share their number)."""
+        where = session_filter(tenant, namespace).and_(
+            Filter('kind == "turn" and scope == "session" and turn_from > {left_after}', {"left_after": turn}))
+        try:
+            self.store.delete(self.spec.name, where)
+        finally:
+            self._forget_all()
 
     def delete_namespace(self, tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> None:
         """Delete every memory of an agent, optionally narrowed to one session or one user."""
@@ -313,13 +339,17 @@ class MemoryRepository(MemoryQueries):
         return from_record(rows[0]) if rows else None
 
     def rows_by_id(self, tenant: str, ids: Sequence[str], fields: list[str]) -> list[Record]:
-        """Return the rows of this tenant with these ids, by a primary-key lookup.
+        """Return the rows of this tenant with these ids (as the client knows them), by a primary-key lookup."""
+        return [with_client_id(row) for row in self.rows_by_key(tenant, stored_ids(tenant, ids), fields)]
+
+    def rows_by_key(self, tenant: str, keys: Sequence[str], fields: list[str]) -> list[Record]:
+        """Return the rows of this tenant with these primary keys (their ids stay keys).
 
         The filter is `id in [...]` alone and the tenant is checked here: Milvus Lite answers that from its
         primary-key index (~2 ms at 100k rows), while any other clause, `tenant == …` or `id == …` included, makes
         it scan the collection (~0.4 s at 100k rows, bench/results/namespace.md).
         """
-        wanted = sorted(set(ids))
+        wanted = sorted(set(keys))
         if not wanted:
             return []
         read = fields if "tenant" in fields else [*fields, "tenant"]
@@ -347,30 +377,55 @@ class MemoryRepository(MemoryQueries):
         """Return every row matching the filter, however many: past the store's query window (16,384 rows, and
         limit + offset no more), the id space is cut into ranges at ids the full window returned, each range read
         alone and cut again while it still fills a window."""
-        return self._query_range(tenant_filter(tenant).and_(where), fields, "", None)
+        return [with_client_id(row) for row in self._query_range(self.store, tenant_filter(tenant).and_(where),
+                                                                  fields, "", None)]
 
-    def _query_range(self, where: Filter, fields: list[str], low: str, high: str | None) -> list[Record]:
+    def _query_range(self, store: MemoryStore, where: Filter, fields: list[str], low: str,
+                     high: str | None) -> list[Record]:
         wanted = fields if "id" in fields else [*fields, "id"]
-        rows = self.store.query(self.spec.name, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
+        rows = store.query(self.spec.name, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
         if len(rows) < QUERY_WINDOW:
             return rows
         step = QUERY_WINDOW // RANGE_CUTS
         starts = [low, *sorted(str(row["id"]) for row in rows)[step::step]]  # each range leaves out sampled ids
         stops: list[str | None] = [*starts[1:], high]
         return [row for start, stop in zip(starts, stops, strict=True)
-                for row in self._query_range(where, fields, start, stop)]
+                for row in self._query_range(store, where, fields, start, stop)]
+
+    def scope_legacy_ids(self, batch: int = 500) -> int:
+        """Give rows stored before ids were scoped by tenant their scoped primary key; return how many moved.
+
+        Rows are copied as stored (sealed ones stay sealed, vectors and flags kept), then the old ones deleted: a
+        start that dies in between leaves both copies, and the next start deletes the old one (the copy is an
+        upsert of the same key). Reads no other tenant's rows into any answer: it runs before the server serves.
+        """
+        raw = self._raw_store
+        keys = [str(row["id"]) for row in self._query_range(raw, Filter(""), ["id", "tenant"], "", None)
+                if stored_id(str(row["tenant"]), str(row["id"])) != str(row["id"])]
+        if not keys:
+            return 0
+        fields = sorted((raw.field_names(self.spec.name) or set(OUTPUT_FIELDS)) - {"sparse"})
+        for start in range(0, len(keys), batch):
+            part = keys[start:start + batch]
+            rows = raw.query(self.spec.name, Filter("id in {legacy}", {"legacy": part}), fields=fields,
+                             limit=len(part))
+            raw.upsert(self.spec.name, [{**row, "id": stored_id(str(row["tenant"]), str(row["id"]))} for row in rows])
+            raw.delete(self.spec.name, Filter("id in {legacy}", {"legacy": part}))
+        self._forget_all()
+        log.info("ids scoped by tenant: %d rows moved to their scoped keys", len(keys))
+        return len(keys)
 
     def page(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
         """Return one page of matching memories in a stable order (created_at, id)."""
         flt = tenant_filter(tenant).and_(where)
         keys = self.store.query(self.spec.name, flt, fields=["id", "created_at"], limit=16384)
-        keys.sort(key=lambda row: (row["created_at"], row["id"]))
+        keys.sort(key=lambda row: (row["created_at"], client_id(row["id"])))  # the order clients always saw
         ids = [row["id"] for row in keys[offset: offset + limit]]
         if not ids:
             return []
         rows = self.store.query(self.spec.name, Filter("tenant == {pt} and id in {pids}", {"pt": tenant, "pids": ids}),
                                 fields=OUTPUT_FIELDS, limit=len(ids))
-        order = {memory_id: index for index, memory_id in enumerate(ids)}
+        order = {client_id(key): index for index, key in enumerate(ids)}
         return sorted((from_record(r) for r in rows), key=lambda m: order[m.id])
 
     def new_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
@@ -380,13 +435,14 @@ class MemoryRepository(MemoryQueries):
             return self.absent_archive_ids(tenant, namespace, ids)
         return set(ids) - {str(row["id"]) for row in self.rows_by_id(tenant, ids, ["id"])}
 
-    def taken_elsewhere(self, tenant: str, ids: list[str]) -> list[str]:
-        """Return those of ids that another tenant's rows hold (the primary key is the id alone, in every tenant)."""
-        if not ids:
-            return []
-        rows = self.store.query(self.spec.name, Filter("id in {pk_ids}", {"pk_ids": sorted(set(ids))}),
-                                fields=["id", "tenant"], limit=len(set(ids)))  # by primary key: see rows_by_id
-        return sorted(str(row["id"]) for row in rows if row["tenant"] != tenant)
+    def tenant_lock(self, tenant: str) -> threading.RLock:
+        """Return the lock that serialises a tenant's imports (its read of what exists, then its write)."""
+        key = (tenant, "")  # no agent id is empty: never an agent's lock
+        with self._clock_lock:
+            lock = self._namespace_locks.get(key)
+            if lock is None:
+                lock = self._namespace_locks[key] = threading.RLock()
+            return lock
 
     def tenant_rows(self, tenant: str, fields: list[str], *, limit: int) -> list[Record]:
         """Return up to `limit` rows (these fields) of a whole tenant, for the inspector's overview."""

@@ -22,6 +22,7 @@ from acn.storage.memory_rows import (
     namespace_filter,
     scope_filter,
     session_filter,
+    stored_ids,
 )
 
 
@@ -93,7 +94,8 @@ class MemoryQueries(ABC):
 
     def within_by_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str], *, limit: int) -> list[Memory]:
         """Return the memories with these ids that the namespace may read."""
-        return self.find(tenant, Filter("id in {succ}", {"succ": sorted(ids)}), limit=limit, within=namespace)
+        return self.find(tenant, Filter("id in {succ}", {"succ": stored_ids(tenant, ids)}), limit=limit,
+                         within=namespace)
 
     def closed_by(self, tenant: str, namespace: Namespace, successors: Sequence[str], *,
                   limit: int) -> list[Memory]:

@@ -3,9 +3,11 @@ is built from (tenant, session group, session, namespace, scopes, live rows, kin
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from acn.common.models import Memory, Namespace
@@ -27,6 +29,14 @@ EMBEDDED = Filter("embedded == 1")
 NO_TURN = -1
 # The store's query window: a session archive larger than this is read from the store each time.
 QUERY_WINDOW = 16384
+# Ids are scoped by tenant: a row's primary key is its id, ID_SCOPE and its tenant's tag, so two tenants' rows may
+# share an id and never meet (before, one tenant's import of another's id was refused with 409, an oracle, or took
+# the row over). The client only ever sees the id. ID_SCOPE is outside the identifier alphabet: no id contains it.
+ID_SCOPE = "~"
+TAG_CHARS = 16
+# The primary key holds 128 characters: ids up to this long are scoped (imports are held to it; the ids this
+# server makes are 45 at most). A longer id stored before scoping keeps its unscoped key.
+SCOPED_ID_CHARS = 128 - len(ID_SCOPE) - TAG_CHARS
 
 
 @dataclass(slots=True)  # not frozen: a search makes one per candidate, and a frozen init costs twice as much
@@ -62,11 +72,39 @@ def pending_vector(dim: int) -> list[float]:
     return [1.0] + [0.0] * (dim - 1)
 
 
+@lru_cache(maxsize=4096)
+def tenant_tag(tenant: str) -> str:
+    """Return the tenant's part of its rows' primary keys (a hash: fixed length, any tenant name)."""
+    return hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:TAG_CHARS]
+
+
+def stored_id(tenant: str, memory_id: str) -> str:
+    """Return the primary key of a tenant's row with this id."""
+    if len(memory_id) > SCOPED_ID_CHARS or ID_SCOPE in memory_id:
+        return memory_id
+    return f"{memory_id}{ID_SCOPE}{tenant_tag(tenant)}"
+
+
+def stored_ids(tenant: str, ids: Sequence[str]) -> list[str]:
+    """Return the primary keys of a tenant's rows with these ids, sorted, each once."""
+    return sorted({stored_id(tenant, memory_id) for memory_id in ids})
+
+
+def client_id(key: str) -> str:
+    """Return the id a client knows of a row's primary key."""
+    return key.split(ID_SCOPE, 1)[0]
+
+
+def with_client_id(record: Record) -> Record:
+    """Return the row with its id as the client knows it."""
+    return {**record, "id": client_id(str(record["id"]))} if "id" in record else record
+
+
 def to_record(memory: Memory, tenant: str, vector: list[float] | None) -> Record:
     """Return the store row of a memory."""
     turn_from, turn_to = (memory.turn_range or [NO_TURN, NO_TURN])[:2]
     record: Record = {
-        "id": memory.id, "content": memory.content, "tenant": tenant, "agent_id": memory.agent_id,
+        "id": stored_id(tenant, memory.id), "content": memory.content, "tenant": tenant, "agent_id": memory.agent_id,
         "session_id": memory.session_id, "user_id": memory.user_id or "", "scope": memory.scope,
         "kind": memory.kind, "key": memory.key or "", "importance": float(memory.importance),
         "created_at": memory.created_at, "updated_at": memory.updated_at, "version": memory.version,
@@ -84,7 +122,7 @@ def from_record(record: Record) -> Memory:
     doc = record.get("doc") or {}
     has_turns = record.get("turn_from", NO_TURN) != NO_TURN
     return Memory(
-        id=record["id"], kind=record["kind"], content=record["content"], key=record["key"] or None,
+        id=client_id(str(record["id"])), kind=record["kind"], content=record["content"], key=record["key"] or None,
         importance=round(float(record["importance"]), 3), scope=record["scope"], agent_id=record["agent_id"],
         session_id=record["session_id"], user_id=record["user_id"] or None, created_at=record["created_at"],
         updated_at=record["updated_at"], version=record["version"], valid_to=record["valid_to"] or None,

@@ -35,6 +35,11 @@ COMPRESS_ABOVE = 4096
 COMPRESSED = "z1:"
 HEAD_CACHE_SIZE = 2048
 SNAPSHOT = "snapshot"
+# A turn's archive is written before its commit: the session's "archiving" row says so until the commit replaces
+# it with a "committed" one (in the same upsert as the head row). A request killed in between leaves the row, and
+# the next writer of the session deletes the archive rows of turns after the head before writing its own.
+ARCHIVING = "archiving"
+COMMITTED = "committed"
 
 
 class _SessionLock:
@@ -102,6 +107,8 @@ class SessionRepository:
         # so the cache is the truth; against a server, a one-row version check validates it first.
         self._heads: OrderedDict[tuple[str, str, str], SessionState] = OrderedDict()
         self._exclusive = not getattr(store, "is_server", True)
+        # Lite: sessions whose archiving row this process knows to be clear (it is the only writer).
+        self._clear: set[str] = set()
 
     def open(self) -> None:
         """Create and load the collection."""
@@ -133,6 +140,17 @@ class SessionRepository:
                 entry.users -= 1
                 if entry.users == 0:
                     del self._locks[key]
+
+    @contextmanager
+    def tenant_exclusive(self, tenant: str, what: str) -> Iterator[None]:
+        """Hold a tenant-wide lock named `what` across server processes: the Redis lease when ACN_REDIS_URL is
+        set (a tenant's imports), nothing more otherwise (the caller holds its in-process lock)."""
+        if self.coordinator is None:
+            yield
+            return
+        raw = json.dumps([tenant, what])
+        with self.coordinator.hold("t" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]):
+            yield
 
     def head(self, tenant: str, namespace: Namespace) -> SessionState:
         """Return the latest state (version 0 and empty when the session is new)."""
@@ -190,15 +208,42 @@ class SessionRepository:
             new = SessionState.model_validate(redact_value(new.model_dump(mode="json"))[0])
         text = new.model_dump_json()
         head_row = self._head_row(tenant, namespace, new)
+        done_row = self._archiving_row(tenant, namespace, new, COMMITTED)
         if lease is not None:
             # The last step before the write: still the holder, with the newest token (lease extended).
             self.coordinator.check(lease)  # type: ignore[union-attr]
             head_row["info"] = {"fence": lease.token}
             lease.read_version = new.version
-        self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text), head_row])
+        self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text), head_row, done_row])
+        if self._exclusive:
+            self._clear.add(_session_key(tenant, namespace))
         self._remember((tenant, namespace.agent_id, namespace.session_id), new)
         self._prune(tenant, namespace, new.version)
         return new
+
+    def archiving_left(self, tenant: str, namespace: Namespace) -> bool:
+        """Return True when a request began archiving a turn of the session and never committed (it was killed, or
+        its commit refused without its cleanup). Call under locked(), before archiving."""
+        key = _session_key(tenant, namespace)
+        if key in self._clear:
+            return False
+        # By primary key: a lookup Lite answers from its index, not a scan.
+        rows = self.store.query(self.spec.name, Filter("id in {aid}", {"aid": [f"{key}:archiving"]}),
+                                fields=["row", "tenant"], limit=1)
+        left = bool(rows) and rows[0]["row"] == ARCHIVING and rows[0]["tenant"] == tenant
+        if not left and self._exclusive:
+            self._clear.add(key)
+        return left
+
+    def begin_archive(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
+        """Mark the session as archiving a turn after `state` (cleared by the commit). Call under locked()."""
+        self._clear.discard(_session_key(tenant, namespace))
+        self.store.upsert(self.spec.name, [self._archiving_row(tenant, namespace, state, ARCHIVING)])
+
+    def _archiving_row(self, tenant: str, namespace: Namespace, state: SessionState, row: str) -> dict[str, Any]:
+        return self._row(tenant, namespace, id=f"{_session_key(tenant, namespace)}:archiving", row=row,
+                         version=state.version, part=0, parts=0, created_at=int(time.time() * 1000), chunk="",
+                         info={"turn": state.turn})
 
     def head_version(self, tenant: str, namespace: Namespace) -> int:
         """Return the latest version number (0 for a new session)."""
