@@ -62,8 +62,9 @@ MEMORY_CONTEXT_SCHEMA = {"type": "object", "required": ["app_id", "subject_kind"
                          "properties": {"app_id": {"type": "string"},
                                         "subject_kind": {"type": "string", "enum": ["user", "business"]},
                                         "subject_id": {"type": "string"}}}
-# Secrets and optimistic-concurrency knobs are not tool parameters: the server's settings cover them.
-HIDDEN_PARAMETERS = {"llm", "expected_version", "half_life_hours"}
+# Secrets and optimistic-concurrency knobs are not tool parameters: the server's settings cover them; the caller
+# engine's replies are an exchange between a program and the server (the agent strategy), not a tool input.
+HIDDEN_PARAMETERS = {"llm", "expected_version", "half_life_hours", "llm_replies"}
 # Wired to workflow variables (or filled by an agent's LLM); everything else is node configuration.
 LLM_FORM = {"agent_id", "session_id", "user_id", "messages", "query", "user_input", "system_prompt", "items",
             "working_summary", "memories", "knowledge", "key"}
