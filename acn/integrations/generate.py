@@ -393,8 +393,8 @@ def _param(name: str, kind: str, en: str, zh: str, *, required: bool = False, he
 
 def strategy_declaration() -> dict[str, Any]:
     """Return the strategy YAML: Dify's usual agent parameters (as cot_agent's FunctionCalling declares them),
-    then the server and the memory scope, budget and assembly mode. No `history-messages` feature: the history
-    comes from the server's session, assembled under the budget."""
+    then the server and the memory scope, budget, assembly mode and compaction model. No `history-messages`
+    feature: the history comes from the server's session, assembled under the budget."""
     modes = ["auto", "snapshot", "focused", "streaming"]
     return {
         "identity": {"name": STRATEGY_NAME, "author": AUTHOR, "label": STRATEGY_LABEL},
@@ -421,6 +421,13 @@ def strategy_declaration() -> dict[str, Any]:
                    options=[{"value": m, "label": {"en_US": m}} for m in modes],
                    help_en="auto picks snapshot or focused; focused retrieves memories and archived turns for the "
                            "query.", help_zh="auto 自动选择 snapshot 或 focused；focused 按提问检索记忆与归档原话。"),
+            _param("compaction_model", "select", "Compaction model", "压缩模型", default="server",
+                   options=[{"value": m, "label": {"en_US": m}} for m in ("server", "agent_model")],
+                   help_en="server compacts on the server (offline extractive unless its operator configured an "
+                           "LLM); agent_model writes the summaries with this node's model, checked by the server, "
+                           "which never receives a Dify credential.",
+                   help_zh="server 在服务端压缩（离线抽取，除非运维配置了 LLM）；agent_model 用本节点的模型写摘要，"
+                           "由服务端校验，服务端不会收到 Dify 凭据。"),
             _param("agent_id", "string", "Agent ID", "智能体 ID",
                    help_en="Memory scope; default: the app.", help_zh="记忆范围；默认为应用。"),
             _param("user_id", "string", "User ID", "用户 ID",
