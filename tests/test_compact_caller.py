@@ -34,13 +34,13 @@ def post(base: str, node: str, body: dict[str, Any]) -> requests.Response:
     return requests.post(f"{base}/v1/nodes/{node}", json=body, timeout=120)
 
 
-def conversation() -> list[dict[str, str]]:
-    """Eight turns: the goal, the constraint, then one day each."""
+def conversation(turns: int = 8) -> list[dict[str, str]]:
+    """The goal, the constraint, then one day a turn."""
     messages = [{"role": "user", "content": f"I want to {GOAL}."},
                 {"role": "assistant", "content": "Noted: Lisbon in May, budget 2000 euros."},
                 {"role": "user", "content": f"{CONSTRAINT}."},
                 {"role": "assistant", "content": "I will pick hotels near the river."}]
-    for day in range(3, 9):
+    for day in range(3, turns + 1):
         messages += [{"role": "user", "content": f"What should I see on day {day}?"},
                      {"role": "assistant", "content": f"On day {day} visit the museum number {day}."}]
     return messages
@@ -194,3 +194,19 @@ def test_record_turn_stores_the_turn_and_hands_the_due_compaction_to_the_caller(
     done = post(base, "compact", {**body, "llm_replies": [reply_for(compaction["prompt"]),
                                                           reply_for(second["prompt"])]}).json()
     assert (done["compacted"], done["reason"], done["engine_used"]) == (True, "triggered", "llm")
+
+
+def test_an_exchange_is_bounded_to_max_rounds_and_the_rest_waits(base: str) -> None:
+    """One reply per segment: twelve one-turn segments due, eight written, four turns kept for the next time."""
+    body = {**STATELESS, **OPTIONS, "segment_size": 1, "keep_recent": 0, "max_segments": 20, "force": True,
+            "persist": False, "messages": conversation(12)}
+    replies: list[dict[str, str]] = []
+    for round_ in range(1, 9):
+        result = post(base, "compact", {**body, "llm_replies": replies}).json()
+        assert (result["status"], result["prompt"]["round"]) == ("needs_llm", round_)
+        summary = {"goal": GOAL, "constraints": [CONSTRAINT] if round_ > 1 else [], "key_numbers": {}}
+        replies.append({"id": result["prompt"]["id"], "content": json.dumps(summary)})
+    done = post(base, "compact", {**body, "llm_replies": replies}).json()
+    assert (done["status"], done["engine_used"], done["fallback_reason"]) == ("done", "llm", None)
+    assert [s["turn_range"] for s in done["segments"]] == [[turn, turn] for turn in range(1, 9)]
+    assert [m["content"] for m in done["recent_messages"]] == [m["content"] for m in conversation(12)[16:]]
