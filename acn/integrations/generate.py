@@ -120,6 +120,9 @@ JSON_TWINS = ("messages", "recent_messages")
 # 'json_schema' tag", dify#16150) and would shadow the built-in one after. memory_retrieve's `text` reaches the
 # workflow as the built-in `text` output (acn/integrations/dify_plugin/acn_client.py sends it as the text message).
 RESERVED_OUTPUTS = frozenset({"text", "files", "json"})
+# compact's `prompt` (engine caller) is for a program driving the exchange (the agent strategy), which reads the
+# JSON; as a workflow variable it would be an object that is null on every other answer.
+EXCHANGE_OUTPUTS = {"compact": frozenset({"prompt"})}
 # The oldest Dify release claimed: its plugin daemon (0.3.0) is the first whose output-schema rules were read
 # from source and found to accept these declarations; older ones are not claimed (not checked against the SDK).
 MINIMUM_DIFY_VERSION = "1.9.0"
@@ -291,7 +294,7 @@ def output_schema(spec: NodeSpec) -> dict[str, Any]:
     defs = schema.get("$defs", {})
     properties: dict[str, Any] = {}
     for name, prop in schema["properties"].items():
-        if name == "ok" or name in RESERVED_OUTPUTS:
+        if name == "ok" or name in RESERVED_OUTPUTS or name in EXCHANGE_OUTPUTS.get(spec.name, ()):
             continue
         inner = _non_null(prop, defs)
         kind = inner.get("type", "object")
