@@ -153,7 +153,7 @@ def test_a_moved_session_is_a_conflict_and_nothing_mixes(base: str, session: dic
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ({"llm_replies": []}, "llm_replies go with engine caller"),
+    ({"llm_replies": [{"id": "0" * 64, "content": "{}"}]}, "llm_replies go with engine caller"),
     ({"engine": "caller", "llm_replies": [{"id": "0" * 64, "content": "{}"}]},
      "llm_replies answer the prompts of one session version: give expected_version"),
     ({"engine": "caller", "llm": {"model": "x"}}, "engine caller uses the caller's own model: it takes no llm "

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
 
 from acn.common.conversation import SessionState
 from acn.common.errors import ConflictError, ValidationError
-from acn.common.models import MAX_VERSION, MessageList, Namespace
+from acn.common.models import MAX_VERSION, MessageList, Namespace, parse_json_string
 from acn.compaction.caller import MAX_CALLER_ROUNDS, CallerReply
 from acn.compaction.limits import check_work
 from acn.compaction.session import CompactOptions, CompactResponse, check_llm_options, compact_state
@@ -24,7 +26,7 @@ class CompactRequest(Namespace, CompactOptions):
     persist: bool = Field(default=True, description="Archive raw turns and save the new working state.")
     expected_version: int | None = Field(default=None, ge=0, le=MAX_VERSION,
                                          description="Fail with 409 if the session moved on.")
-    llm_replies: list[CallerReply] | None = Field(
+    llm_replies: Annotated[list[CallerReply] | None, BeforeValidator(parse_json_string)] = Field(
         default=None, max_length=MAX_CALLER_ROUNDS,
         description="Engine caller: your model's replies to the prompts of earlier needs_llm answers, in order. "
                     "With the session buffer, expected_version is required (the prompts are the state's).")
@@ -32,11 +34,11 @@ class CompactRequest(Namespace, CompactOptions):
 
 def check_caller(request: CompactRequest) -> None:
     """Refuse replies outside engine caller, and replies for a session not pinned to a version."""
-    if request.llm_replies is None:
+    if not request.llm_replies:  # none yet: the first round of an exchange
         return
     if request.engine != "caller":
         raise ValidationError("llm_replies go with engine caller")
-    if request.messages is None and request.llm_replies and request.expected_version is None:
+    if request.messages is None and request.expected_version is None:
         raise ValidationError("llm_replies answer the prompts of one session version: give expected_version")
 
 
