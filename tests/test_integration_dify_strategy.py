@@ -76,6 +76,10 @@ class Daemon:
     def answer(self, kind: str, request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         """Return the response chunks for one backwards invocation, or an error message."""
         if kind == "llm" and "对话压缩器" in request["prompt_messages"][0]["content"]:
+            if "压缩故障" in request["prompt_messages"][-1]["content"]:
+                with self.lock:
+                    self.compactions.append({"request": request, "reply": None, "summary": {}})
+                return [], "model openai/gpt-4o: quota exceeded"
             return self.compact(request), ""
         if kind == "tool":
             self.tool_calls.append(request)
@@ -409,13 +413,14 @@ class AgentModelRuns:
     daemon: Daemon
     faithful: dict[str, str]  # namespace of the conversation whose model answers the compaction prompts well
     garbage: dict[str, str]  # ... and of the one whose model answers them with prose
+    failing: dict[str, str]  # ... and of the one whose model fails on them
 
 
 @pytest.fixture(scope="module")
 def agent_model_runs(live_server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentModelRuns]:
     tag = uuid.uuid4().hex[:8]
     runs = []
-    for conv, marker in ((f"faithful-{tag}", ""), (f"garbage-{tag}", "（乱码）")):
+    for conv, marker in ((f"faithful-{tag}", ""), (f"garbage-{tag}", "（乱码）"), (f"failing-{tag}", "（压缩故障）")):
         runs += [{"parameters": parameters(live_server, long_query(turn, marker), tools=[],
                                            compaction_model="agent_model"),
                   "app_id": f"app-{tag}", "conversation_id": conv, "user_id": f"user-{tag}"}
@@ -423,7 +428,8 @@ def agent_model_runs(live_server: LiveServer, tmp_path_factory: pytest.TempPathF
     with serving_daemon() as daemon:
         report = run_strategy(tmp_path_factory.mktemp("agent-model"), daemon, runs)
         yield AgentModelRuns(report, daemon, {"agent_id": f"app-{tag}", "session_id": f"faithful-{tag}"},
-                             {"agent_id": f"app-{tag}", "session_id": f"garbage-{tag}"})
+                             {"agent_id": f"app-{tag}", "session_id": f"garbage-{tag}"},
+                             {"agent_id": f"app-{tag}", "session_id": f"failing-{tag}"})
 
 
 def test_the_agent_model_writes_the_compaction_segment(agent_model_runs: AgentModelRuns,
@@ -434,8 +440,8 @@ def test_the_agent_model_writes_the_compaction_segment(agent_model_runs: AgentMo
     # Turn 7 reaches the trigger: the strategy answers the server's prompt with the node's model, one round.
     assert [(m["compacted"], m["compaction_engine"], m["fallback_reason"]) for m in memories[5:7]] == [
         (False, "none", None), (True, "llm", None)]
-    asked = [c for c in agent_model_runs.daemon.compactions if "乱码" not in c["reply"] and "乱码" not in
-             c["request"]["prompt_messages"][-1]["content"]]
+    asked = [c for c in agent_model_runs.daemon.compactions
+             if not re.search("乱码|压缩故障", c["request"]["prompt_messages"][-1]["content"])]
     assert len(asked) == 1
     request = asked[0]["request"]
     assert request["stream"] is False and not request["tools"] and request["model"] == "gpt-4o"
@@ -453,7 +459,7 @@ def test_the_agent_model_writes_the_compaction_segment(agent_model_runs: AgentMo
 
 def test_a_garbage_compaction_reply_falls_back_to_extractive(agent_model_runs: AgentModelRuns,
                                                              live_server: LiveServer) -> None:
-    runs = agent_model_runs.report["runs"][COMPACTION_TURNS:]
+    runs = agent_model_runs.report["runs"][COMPACTION_TURNS:2 * COMPACTION_TURNS]
     assert [r["error"] for r in runs] == [""] * COMPACTION_TURNS
     memory = runs[6]["json"][-1]["memory"]
     assert (memory["compacted"], memory["compaction_engine"], memory["fallback_reason"]) == (
@@ -467,3 +473,16 @@ def test_a_garbage_compaction_reply_falls_back_to_extractive(agent_model_runs: A
     segment = state["segments"][0]
     assert segment["turn_range"] == [1, 3] and segment["facts"] != garbage[0]["summary"]["facts"]
     assert state["turn"] == COMPACTION_TURNS
+
+
+def test_a_failing_compaction_model_leaves_the_turn_stored_and_the_compaction_due(agent_model_runs: AgentModelRuns,
+                                                                                  live_server: LiveServer) -> None:
+    runs = agent_model_runs.report["runs"][2 * COMPACTION_TURNS:]
+    assert [r["error"] for r in runs] == [""] * COMPACTION_TURNS  # the answer was given and the turn stored
+    assert [r["json"][-1]["memory"]["compacted"] for r in runs] == [False] * COMPACTION_TURNS
+    # Asked at turn 7 and again at turn 8 (still due): each time the COMPACTION log ends in an error.
+    failed = [c for c in agent_model_runs.daemon.compactions if c["reply"] is None]
+    assert len(failed) == 2
+    assert [log["status"] for log in runs[6]["logs"] if log["label"] == "COMPACTION"] == ["start", "error"]
+    state = live_server.post("session_state", agent_model_runs.failing).json()
+    assert (state["turn"], state["segments"]) == (COMPACTION_TURNS, [])
