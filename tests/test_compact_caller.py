@@ -77,7 +77,8 @@ def test_a_full_exchange_stores_nothing_until_the_last_reply(base: str, session:
     assert (first["status"], first["reason"], first["compacted"]) == ("needs_llm", "needs_llm", False)
     prompt = first["prompt"]
     assert prompt["round"] == 1 and prompt["max_rounds"] == 8
-    assert prompt["id"] == hashlib.sha256(json.dumps([prompt["system"], prompt["user"]]).encode()).hexdigest()
+    assert prompt["id"] == hashlib.sha256(
+        json.dumps([prompt["system"], prompt["user"]], ensure_ascii=False).encode()).hexdigest()
     assert "Compact turns 1-3" in prompt["user"] and "Turn 3 User: What should I see on day 3?" in prompt["user"]
     assert first["version"] == before["version"]
     replies = [reply_for(prompt)]

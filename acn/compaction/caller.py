@@ -44,7 +44,8 @@ class CallerReply(StrictModel):
 class LlmPrompt(StrictModel):
     """A compaction prompt for the caller to put to its own model (system + user, non-streaming, temperature 0)."""
 
-    id: str = Field(description="Echo it as the reply's `id`: the SHA-256 of this system and user text.")
+    id: str = Field(description="Echo it as the reply's `id`: the hex SHA-256 of the UTF-8 JSON array [system, "
+                                "user] (non-ASCII characters unescaped).")
     system: str
     user: str
     round: int = Field(description="This prompt's position in the exchange: the reply goes at index round - 1.")
