@@ -14,6 +14,7 @@ import threading
 import uuid
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -70,9 +71,16 @@ class Daemon:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     streamed: list[bool] = field(default_factory=list)
+    compactions: list[dict[str, Any]] = field(default_factory=list)  # {"request", "reply"}: compaction prompts
 
     def answer(self, kind: str, request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         """Return the response chunks for one backwards invocation, or an error message."""
+        if kind == "llm" and "对话压缩器" in request["prompt_messages"][0]["content"]:
+            if "压缩故障" in request["prompt_messages"][-1]["content"]:
+                with self.lock:
+                    self.compactions.append({"request": request, "reply": None, "summary": {}})
+                return [], "model openai/gpt-4o: quota exceeded"
+            return self.compact(request), ""
         if kind == "tool":
             self.tool_calls.append(request)
             if request["tool_parameters"].get("order_id") == "ORD-BROKEN":
@@ -118,8 +126,28 @@ class Daemon:
                            "finish_reason": "stop" if i else None}} for i, piece in enumerate(pieces)], ""
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
+    def compact(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        """Answer a compaction prompt as a faithful model would: the working state carried over, the goal from
+        the first user line, one fact per user line; garbage when the conversation asks for it ("乱码")."""
+        prompt = request["prompt_messages"][-1]["content"]
+        users = re.findall(r"^第\d+轮 用户: (.*)$", prompt, re.MULTILINE)
+        goal = re.search(r"^目标：(.*)$", prompt, re.MULTILINE)
+        constraints = re.search(r"^约束：(.*)$", prompt, re.MULTILINE)
+        summary = {"goal": goal.group(1) if goal and goal.group(1) != "（无）" else users[0][:24],
+                   "constraints": [] if not constraints or constraints.group(1) == "（无）"
+                   else constraints.group(1).split("；"),
+                   "done": [], "todo": [], "decisions": [], "facts": [line[:20] for line in users], "key_numbers": {}}
+        reply = "抱歉，我无法完成这个请求。" if "乱码" in prompt else json.dumps(summary, ensure_ascii=False)
+        with self.lock:
+            self.compactions.append({"request": request, "reply": reply, "summary": summary})
+        return [{"model": "gpt-4o", "prompt_messages": [], "system_fingerprint": None,
+                 "delta": {"index": 0, "message": {"role": "assistant", "content": reply, "tool_calls": []},
+                           "usage": usage(100), "finish_reason": "stop"}}]
+
+
+@contextmanager
+def serving_daemon() -> Iterator[Daemon]:
+    """The daemon's stand-in on loopback."""
     state = Daemon()
 
     class Handler(BaseHTTPRequestHandler):
@@ -145,6 +173,12 @@ def daemon() -> Iterator[Daemon]:
 
     with serve_loopback(Handler) as url:
         state.url = url
+        yield state
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[Daemon]:
+    with serving_daemon() as state:
         yield state
 
 
@@ -362,3 +396,93 @@ def test_the_strategy_declaration_follows_the_daemon_rules() -> None:
         # The server key is a secret input (masked in the editor), never a plain string.
         kinds = {p["name"]: p["type"] for p in strategy["parameters"]}
         assert kinds["api_key"] == "secret-input" and kinds["base_url"] == "string"
+
+
+# -- the user's own model for compaction (compaction_model: agent_model) ---------------------------------------------
+
+COMPACTION_TURNS = 8  # about 480 tokens a turn: record_turn's default trigger (3,200 tokens) is reached at turn 7
+
+
+def long_query(turn: int, marker: str = "") -> str:
+    return f"第{turn}轮：{marker}请记录第{turn}天的成都会议安排，" + "会议室在高新区，交通以地铁为主，午餐在园区食堂，" * 12
+
+
+@dataclass
+class AgentModelRuns:
+    report: dict[str, Any]
+    daemon: Daemon
+    faithful: dict[str, str]  # namespace of the conversation whose model answers the compaction prompts well
+    garbage: dict[str, str]  # ... and of the one whose model answers them with prose
+    failing: dict[str, str]  # ... and of the one whose model fails on them
+
+
+@pytest.fixture(scope="module")
+def agent_model_runs(live_server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentModelRuns]:
+    tag = uuid.uuid4().hex[:8]
+    runs = []
+    for conv, marker in ((f"faithful-{tag}", ""), (f"garbage-{tag}", "（乱码）"), (f"failing-{tag}", "（压缩故障）")):
+        runs += [{"parameters": parameters(live_server, long_query(turn, marker), tools=[],
+                                           compaction_model="agent_model"),
+                  "app_id": f"app-{tag}", "conversation_id": conv, "user_id": f"user-{tag}"}
+                 for turn in range(1, COMPACTION_TURNS + 1)]
+    with serving_daemon() as daemon:
+        report = run_strategy(tmp_path_factory.mktemp("agent-model"), daemon, runs)
+        yield AgentModelRuns(report, daemon, {"agent_id": f"app-{tag}", "session_id": f"faithful-{tag}"},
+                             {"agent_id": f"app-{tag}", "session_id": f"garbage-{tag}"},
+                             {"agent_id": f"app-{tag}", "session_id": f"failing-{tag}"})
+
+
+def test_the_agent_model_writes_the_compaction_segment(agent_model_runs: AgentModelRuns,
+                                                        live_server: LiveServer) -> None:
+    runs = agent_model_runs.report["runs"][:COMPACTION_TURNS]
+    assert [r["error"] for r in runs] == [""] * COMPACTION_TURNS
+    memories = [r["json"][-1]["memory"] for r in runs]
+    # Turn 7 reaches the trigger: the strategy answers the server's prompt with the node's model, one round.
+    assert [(m["compacted"], m["compaction_engine"], m["fallback_reason"]) for m in memories[5:7]] == [
+        (False, "none", None), (True, "llm", None)]
+    asked = [c for c in agent_model_runs.daemon.compactions
+             if not re.search("乱码|压缩故障", c["request"]["prompt_messages"][-1]["content"])]
+    assert len(asked) == 1
+    request = asked[0]["request"]
+    assert request["stream"] is False and not request["tools"] and request["model"] == "gpt-4o"
+    assert [m["role"] for m in request["prompt_messages"]] == ["system", "user"]
+    assert "请将下面第1-3轮对话压缩为结构化摘要" in request["prompt_messages"][1]["content"]
+    labels = [log["label"] for log in runs[6]["logs"]]
+    assert labels.count("COMPACTION") == 2 and "COMPACTION" not in [log["label"] for log in runs[5]["logs"]]
+    state = live_server.post("session_state", agent_model_runs.faithful).json()
+    reply = asked[0]["summary"]
+    (segment,) = state["segments"]
+    assert (segment["turn_range"], segment["goal"], segment["facts"]) == ([1, 3], reply["goal"], reply["facts"])
+    assert segment["facts"] == [long_query(turn)[:20] for turn in (1, 2, 3)]
+    assert state["turn"] == COMPACTION_TURNS
+
+
+def test_a_garbage_compaction_reply_falls_back_to_extractive(agent_model_runs: AgentModelRuns,
+                                                             live_server: LiveServer) -> None:
+    runs = agent_model_runs.report["runs"][COMPACTION_TURNS:2 * COMPACTION_TURNS]
+    assert [r["error"] for r in runs] == [""] * COMPACTION_TURNS
+    memory = runs[6]["json"][-1]["memory"]
+    assert (memory["compacted"], memory["compaction_engine"], memory["fallback_reason"]) == (
+        True, "extractive", "LLM failed: LLM reply content is not valid JSON")
+    # Every compaction of this conversation asked the model once and fell back (turn 8's too: the extractive
+    # summary of turns 1-3 leaves the history over the trigger).
+    compacted = [r["json"][-1]["memory"] for r in runs if r["json"][-1]["memory"]["compacted"]]
+    garbage = [c for c in agent_model_runs.daemon.compactions if c["reply"] == "抱歉，我无法完成这个请求。"]
+    assert len(garbage) == len(compacted) and {m["compaction_engine"] for m in compacted} == {"extractive"}
+    state = live_server.post("session_state", agent_model_runs.garbage).json()
+    segment = state["segments"][0]
+    assert segment["turn_range"] == [1, 3] and segment["facts"] != garbage[0]["summary"]["facts"]
+    assert state["turn"] == COMPACTION_TURNS
+
+
+def test_a_failing_compaction_model_leaves_the_turn_stored_and_the_compaction_due(agent_model_runs: AgentModelRuns,
+                                                                                  live_server: LiveServer) -> None:
+    runs = agent_model_runs.report["runs"][2 * COMPACTION_TURNS:]
+    assert [r["error"] for r in runs] == [""] * COMPACTION_TURNS  # the answer was given and the turn stored
+    assert [r["json"][-1]["memory"]["compacted"] for r in runs] == [False] * COMPACTION_TURNS
+    # Asked at turn 7 and again at turn 8 (still due): each time the COMPACTION log ends in an error.
+    failed = [c for c in agent_model_runs.daemon.compactions if c["reply"] is None]
+    assert len(failed) == 2
+    assert [log["status"] for log in runs[6]["logs"] if log["label"] == "COMPACTION"] == ["start", "error"]
+    state = live_server.post("session_state", agent_model_runs.failing).json()
+    assert (state["turn"], state["segments"]) == (COMPACTION_TURNS, [])

@@ -212,7 +212,8 @@ def test_coze_manifest_passes_coze_studio_rules() -> None:
 def json_string_samples() -> dict[str, Any]:
     message = [{"role": "user", "content": "hello"}]
     return {"messages": message, "items": [{"kind": "fact", "content": "x"}], "kinds": ["fact"],
-            "scopes": ["session"], "memories": ["a memory"], "knowledge": ["a fact"], "probes": ["ORD-1"]}
+            "scopes": ["session"], "memories": ["a memory"], "knowledge": ["a fact"], "probes": ["ORD-1"],
+            "llm_replies": []}
 
 
 def test_server_accepts_objects_and_lists_as_json_strings(live_server: LiveServer) -> None:

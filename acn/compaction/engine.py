@@ -11,14 +11,13 @@ from acn.common.conversation import Turn, group_turns
 from acn.common.errors import ProviderError, ProviderTimeoutError, ValidationError
 from acn.common.models import Message, Segment
 from acn.compaction.extractive import source_numbers, source_text, summarize_extractive
-from acn.compaction.llm import summarize_llm
+from acn.compaction.llm import JsonChat, summarize_llm
 from acn.compaction.merge import merge_segments
 from acn.compaction.segment_lines import finish_segment, segment_body
 from acn.compaction.segments import cut_segments, next_turn_number, segment_id, user_sentences
 from acn.compaction.state import WorkingState, working_state
 from acn.compaction.statements import topic_keys_cached
 from acn.compaction.verify import grounding_problems, self_check, verify_numbers
-from acn.providers.openai_chat import ChatClient
 from acn.text.lang import detect_language
 from acn.text.tokens import Tokenizer
 
@@ -71,7 +70,7 @@ def compact_turns(
     segment_size: int,
     max_segments: int,
     engine: str,
-    chat: ChatClient | None,
+    chat: JsonChat | None,
     tokenizer: Tokenizer,
     language: str | None = None,
 ) -> CompactionOutcome:
@@ -94,7 +93,7 @@ def compact_turns(
 
 
 def _compact(messages: list[Message], previous: list[Segment], *, segment_size: int, max_segments: int,
-             engine: str, chat: ChatClient | None, tokenizer: Tokenizer, language: str | None) -> CompactionOutcome:
+             engine: str, chat: JsonChat | None, tokenizer: Tokenizer, language: str | None) -> CompactionOutcome:
     turns = group_turns(messages, first_turn=next_turn_number(previous))
     lang = language or conversation_language(turns)
     chunks = cut_segments(turns, segment_size)
@@ -116,7 +115,7 @@ def _run_engines(
     chunks: list[list[Turn]],
     previous: list[Segment],
     engine: str,
-    chat: ChatClient | None,
+    chat: JsonChat | None,
     lang: str,
     tokenizer: Tokenizer,
 ) -> tuple[_Run, str, str | None]:

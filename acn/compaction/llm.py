@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
@@ -11,7 +11,6 @@ from acn.common.conversation import Turn
 from acn.common.errors import ProviderError
 from acn.common.models import Decision, Segment
 from acn.compaction.state import WorkingState
-from acn.providers.openai_chat import ChatClient
 
 SYSTEM_PROMPT = {
     "zh": "你是一个对话压缩器。只输出一个 JSON 对象，不要输出任何其他文字。",
@@ -162,7 +161,14 @@ def parse_summary(reply: dict[str, Any]) -> LlmSummary:
         raise ProviderError(f"LLM reply does not match the summary schema ({', '.join(fields)})") from None
 
 
-def summarize_llm(turns: list[Turn], state: WorkingState, language: str, chat: ChatClient) -> Segment:
+class JsonChat(Protocol):
+    """What the LLM engine asks of a model: one system+user exchange answered with a JSON object (ChatClient for
+    an endpoint, ReplayChat for the caller's own model)."""
+
+    def complete_json(self, system: str, user: str) -> dict[str, Any]: ...
+
+
+def summarize_llm(turns: list[Turn], state: WorkingState, language: str, chat: JsonChat) -> Segment:
     """Return the segment (without id, text and tokens) the model writes for turns.
 
     Raises:

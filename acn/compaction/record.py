@@ -20,6 +20,7 @@ from acn.common.models import (
     StrictModel,
     parse_json_object,
 )
+from acn.compaction.caller import LlmPrompt
 from acn.compaction.limits import check_work
 from acn.compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
 from acn.editing.edit import Edit, EditRules, edit_messages, redact_message
@@ -52,6 +53,9 @@ class CompactionSummary(StrictModel):
     archived_ids: list[str]
     engine_used: str
     fallback_reason: str | None = None
+    prompt: LlmPrompt | None = Field(
+        default=None, description="Reason needs_llm (engine caller): the turn is stored, not compacted; answer this "
+        "prompt with your model and call compact with engine caller, llm_replies and expected_version = version.")
 
 
 class RecordTurnResponse(NodeResponse):
@@ -171,4 +175,4 @@ def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -
     return new_state, CompactionSummary(compacted=response.compacted, reason=response.reason,
                                         segments=len(new_state.segments), stats=response.stats,
                                         archived_ids=response.archived_ids, engine_used=response.engine_used,
-                                        fallback_reason=response.fallback_reason)
+                                        fallback_reason=response.fallback_reason, prompt=response.prompt)

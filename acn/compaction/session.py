@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 
 from acn.common.conversation import SessionState, Turn, group_turns
-from acn.common.errors import BusyError, LlmBusyError
+from acn.common.errors import BusyError, LlmBusyError, ValidationError
 from acn.common.models import (
     Message,
     Namespace,
@@ -20,8 +20,10 @@ from acn.common.models import (
     parse_json_object_or_null,
 )
 from acn.common.settings import Settings
+from acn.compaction.caller import MAX_CALLER_ROUNDS, CallerReply, LlmPrompt, NeedsLlm, ReplayChat
 from acn.compaction.engine import CompactionOutcome, compact_turns
 from acn.compaction.limits import message_chars
+from acn.compaction.llm import JsonChat
 from acn.compaction.segment_lines import render_working_summary
 from acn.compaction.segments import split_recent
 from acn.memory.archive import archive_turns
@@ -59,8 +61,10 @@ class CompactOptions(StrictModel):
         "verbatim turns alone reach half the trigger). When a long session's summary alone is over the trigger, "
         "this makes one compaction per segment_size turns instead of one per turn (an LLM call per turn with "
         "engine llm); the waiting turns stay verbatim in the buffer.")
-    engine: Literal["extractive", "llm", "auto"] = Field(
-        default="extractive", description="extractive (offline, default), llm, or auto (llm when configured).")
+    engine: Literal["extractive", "llm", "auto", "caller"] = Field(
+        default="extractive", description="extractive (offline, default), llm, auto (llm when configured), or "
+        "caller: the caller's own model answers the LLM prompts (status needs_llm carries each prompt; the compact "
+        "node takes the replies in llm_replies). See docs/dify-agent.md.")
     llm: Annotated[LlmOverrides | None, BeforeValidator(parse_json_object_or_null)] = Field(
         default=None, description="Per-request LLM endpoint (else ACN_LLM_*); a JSON string works too.")
 
@@ -76,7 +80,9 @@ class CompactStats(StrictModel):
 
 # waiting_for_segment: over the trigger with wait_for_segment set, but the old turns do not fill a segment yet.
 # llm_busy: record_turn's compaction was due but every outbound LLM slot was taken; the next turn tries again.
-Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact", "waiting_for_segment", "llm_busy"]
+# needs_llm: engine caller, and the run needs the caller's reply to `prompt`; nothing was stored.
+Reason = Literal["forced", "triggered", "below_trigger", "nothing_to_compact", "waiting_for_segment", "llm_busy",
+                 "needs_llm"]
 # Verbatim turns past this share of the trigger are compacted without waiting for a whole segment: then they are
 # what crowds the context (long turns, a large tool output), not the summary.
 PARTIAL_SEGMENT_SHARE = 0.5
@@ -93,15 +99,22 @@ class CompactResponse(NodeResponse):
     archived_ids: list[str]
     engine_used: str
     fallback_reason: str | None = None
+    status: Literal["done", "needs_llm"] = Field(
+        default="done", description="needs_llm (engine caller): answer `prompt` with your model and post again "
+        "with the reply appended to llm_replies and expected_version = version; nothing was stored.")
+    prompt: LlmPrompt | None = None
 
 
 def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, persist_archive: bool,
                   force: bool = True, namespace: Namespace | None = None,
-                  defer_when_busy: bool = False) -> tuple[SessionState, CompactResponse]:
+                  defer_when_busy: bool = False,
+                  replies: list[CallerReply] | None = None) -> tuple[SessionState, CompactResponse]:
     """Return the state after compaction (if triggered) and the response describing it.
 
     defer_when_busy: when every outbound LLM slot is taken, leave the state as it is (reason llm_busy) instead
     of raising LlmBusyError (503).
+    replies: engine caller, the caller's replies so far; when the run needs another, the state is returned as it
+    is with status needs_llm and the prompt (nothing archived, nothing to save).
     """
     namespace = namespace or (options if isinstance(options, Namespace) else None)
     tokenizer = deps.tokenizer
@@ -113,12 +126,18 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
         return state, unchanged_response(state, reason, before)
     to_compact = old if reason == "forced" else whole_segments(old, options.segment_size)
     to_compact = within_cap(to_compact, options.segment_size, deps.settings)
+    if options.engine == "caller":
+        # One caller round per segment: the exchange is bounded; older turns wait for the next compaction.
+        to_compact = to_compact[:MAX_CALLER_ROUNDS * options.segment_size]
     try:
-        outcome = _compact_with_llm_slot(options, deps, to_compact, state, tokenizer)
+        outcome = _compact_with_llm_slot(options, deps, to_compact, state, tokenizer, replies or [])
     except LlmBusyError:
         if not defer_when_busy:
             raise
         return state, unchanged_response(state, "llm_busy", before)
+    except NeedsLlm as needed:
+        return state, unchanged_response(state, "needs_llm", before).model_copy(
+            update={"status": "needs_llm", "prompt": needed.prompt})
     # Turns recorded through record_turn were archived verbatim when they arrived.
     unarchived = [t for t in to_compact if t.number > state.archived_turn]
     archived = (archive_turns(deps.memories, deps.tenant, namespace, unarchived)
@@ -129,14 +148,15 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
 
 
 def _compact_with_llm_slot(options: CompactOptions, deps: Deps, to_compact: list[Turn], state: SessionState,
-                           tokenizer: Tokenizer) -> CompactionOutcome:
+                           tokenizer: Tokenizer, replies: list[CallerReply]) -> CompactionOutcome:
     """Run the engines; an LLM call holds one of the server's outbound slots for its whole run, an extractive
-    one a compaction slot (CPU-bound work)."""
-    with chat_client(options, deps) as chat, \
-            compaction_slot(deps, heavy=chat is None or options.engine == "extractive"):
+    one (or one answered by the caller's replies, which waits on nothing) a compaction slot (CPU-bound work)."""
+    caller = options.engine == "caller"
+    with chat_client(options, deps, replies) as chat, \
+            compaction_slot(deps, heavy=chat is None or caller or options.engine == "extractive"):
         return compact_turns([m for t in to_compact for m in t.messages], state.segments,
                              segment_size=options.segment_size, max_segments=options.max_segments,
-                             engine=options.engine, chat=chat, tokenizer=tokenizer)
+                             engine="llm" if caller else options.engine, chat=chat, tokenizer=tokenizer)
 
 
 def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn], *, force: bool) -> Reason:
@@ -215,17 +235,24 @@ def check_llm_options(options: CompactOptions, deps: Deps) -> None:
     refused URL is told so at once, not on the turn its trigger fires.
     """
     if options.llm is not None:
+        if options.engine == "caller":
+            raise ValidationError("engine caller uses the caller's own model: it takes no llm endpoint")
         request_endpoint(deps.settings, options.llm.model_dump(exclude_none=True))
 
 
 @contextmanager
-def chat_client(options: CompactOptions, deps: Deps) -> Iterator[ChatClient | None]:
-    """Yield the LLM client for this call (per-request overrides within policy, else the configured one).
+def chat_client(options: CompactOptions, deps: Deps,
+                replies: list[CallerReply] | None = None) -> Iterator[JsonChat | None]:
+    """Yield the LLM client for this call (per-request overrides within policy, else the configured one; for
+    engine caller, the caller's replies).
 
-    While the client is in use it holds an outbound slot (LlmGate): LlmBusyError when none is free.
+    While an endpoint's client is in use it holds an outbound slot (LlmGate): LlmBusyError when none is free.
     """
     if options.engine == "extractive":
         yield None
+        return
+    if options.engine == "caller":
+        yield ReplayChat(replies or [])
         return
     overrides = options.llm.model_dump(exclude_none=True) if options.llm else {}
     client = ChatClient.for_request(deps.settings, overrides) if overrides else None

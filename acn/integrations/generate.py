@@ -62,8 +62,9 @@ MEMORY_CONTEXT_SCHEMA = {"type": "object", "required": ["app_id", "subject_kind"
                          "properties": {"app_id": {"type": "string"},
                                         "subject_kind": {"type": "string", "enum": ["user", "business"]},
                                         "subject_id": {"type": "string"}}}
-# Secrets and optimistic-concurrency knobs are not tool parameters: the server's settings cover them.
-HIDDEN_PARAMETERS = {"llm", "expected_version", "half_life_hours"}
+# Secrets and optimistic-concurrency knobs are not tool parameters: the server's settings cover them; the caller
+# engine's replies are an exchange between a program and the server (the agent strategy), not a tool input.
+HIDDEN_PARAMETERS = {"llm", "expected_version", "half_life_hours", "llm_replies"}
 # Wired to workflow variables (or filled by an agent's LLM); everything else is node configuration.
 LLM_FORM = {"agent_id", "session_id", "user_id", "messages", "query", "user_input", "system_prompt", "items",
             "working_summary", "memories", "knowledge", "key"}
@@ -119,6 +120,9 @@ JSON_TWINS = ("messages", "recent_messages")
 # 'json_schema' tag", dify#16150) and would shadow the built-in one after. memory_retrieve's `text` reaches the
 # workflow as the built-in `text` output (acn/integrations/dify_plugin/acn_client.py sends it as the text message).
 RESERVED_OUTPUTS = frozenset({"text", "files", "json"})
+# compact's `prompt` (engine caller) is for a program driving the exchange (the agent strategy), which reads the
+# JSON; as a workflow variable it would be an object that is null on every other answer.
+EXCHANGE_OUTPUTS = {"compact": frozenset({"prompt"})}
 # The oldest Dify release claimed: its plugin daemon (0.3.0) is the first whose output-schema rules were read
 # from source and found to accept these declarations; older ones are not claimed (not checked against the SDK).
 MINIMUM_DIFY_VERSION = "1.9.0"
@@ -290,7 +294,7 @@ def output_schema(spec: NodeSpec) -> dict[str, Any]:
     defs = schema.get("$defs", {})
     properties: dict[str, Any] = {}
     for name, prop in schema["properties"].items():
-        if name == "ok" or name in RESERVED_OUTPUTS:
+        if name == "ok" or name in RESERVED_OUTPUTS or name in EXCHANGE_OUTPUTS.get(spec.name, ()):
             continue
         inner = _non_null(prop, defs)
         kind = inner.get("type", "object")
@@ -392,8 +396,8 @@ def _param(name: str, kind: str, en: str, zh: str, *, required: bool = False, he
 
 def strategy_declaration() -> dict[str, Any]:
     """Return the strategy YAML: Dify's usual agent parameters (as cot_agent's FunctionCalling declares them),
-    then the server and the memory scope, budget and assembly mode. No `history-messages` feature: the history
-    comes from the server's session, assembled under the budget."""
+    then the server and the memory scope, budget, assembly mode and compaction model. No `history-messages`
+    feature: the history comes from the server's session, assembled under the budget."""
     modes = ["auto", "snapshot", "focused", "streaming"]
     return {
         "identity": {"name": STRATEGY_NAME, "author": AUTHOR, "label": STRATEGY_LABEL},
@@ -420,6 +424,13 @@ def strategy_declaration() -> dict[str, Any]:
                    options=[{"value": m, "label": {"en_US": m}} for m in modes],
                    help_en="auto picks snapshot or focused; focused retrieves memories and archived turns for the "
                            "query.", help_zh="auto 自动选择 snapshot 或 focused；focused 按提问检索记忆与归档原话。"),
+            _param("compaction_model", "select", "Compaction model", "压缩模型", default="server",
+                   options=[{"value": m, "label": {"en_US": m}} for m in ("server", "agent_model")],
+                   help_en="server compacts on the server (offline extractive unless its operator configured an "
+                           "LLM); agent_model writes the summaries with this node's model, checked by the server, "
+                           "which never receives a Dify credential.",
+                   help_zh="server 在服务端压缩（离线抽取，除非运维配置了 LLM）；agent_model 用本节点的模型写摘要，"
+                           "由服务端校验，服务端不会收到 Dify 凭据。"),
             _param("agent_id", "string", "Agent ID", "智能体 ID",
                    help_en="Memory scope; default: the app.", help_zh="记忆范围；默认为应用。"),
             _param("user_id", "string", "User ID", "用户 ID",

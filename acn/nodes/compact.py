@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
 
 from acn.common.conversation import SessionState
-from acn.common.models import MAX_VERSION, MessageList, Namespace
+from acn.common.errors import ConflictError, ValidationError
+from acn.common.models import MAX_VERSION, MessageList, Namespace, parse_json_string
+from acn.compaction.caller import MAX_CALLER_ROUNDS, CallerReply
 from acn.compaction.limits import check_work
 from acn.compaction.session import CompactOptions, CompactResponse, check_llm_options, compact_state
 from acn.nodes.spec import Description, NodeSpec
@@ -22,21 +26,42 @@ class CompactRequest(Namespace, CompactOptions):
     persist: bool = Field(default=True, description="Archive raw turns and save the new working state.")
     expected_version: int | None = Field(default=None, ge=0, le=MAX_VERSION,
                                          description="Fail with 409 if the session moved on.")
+    llm_replies: Annotated[list[CallerReply] | None, BeforeValidator(parse_json_string)] = Field(
+        default=None, max_length=MAX_CALLER_ROUNDS,
+        description="Engine caller: your model's replies to the prompts of earlier needs_llm answers, in order. "
+                    "With the session buffer, expected_version is required (the prompts are the state's).")
+
+
+def check_caller(request: CompactRequest) -> None:
+    """Refuse replies outside engine caller, and replies for a session not pinned to a version."""
+    if not request.llm_replies:  # none yet: the first round of an exchange
+        return
+    if request.engine != "caller":
+        raise ValidationError("llm_replies go with engine caller")
+    if request.messages is None and request.expected_version is None:
+        raise ValidationError("llm_replies answer the prompts of one session version: give expected_version")
 
 
 def run(request: CompactRequest, deps: Deps) -> CompactResponse:
     """Compact the given messages, or the session buffer under the session lock."""
     check_llm_options(request, deps)
+    check_caller(request)
     if request.messages is not None:
         # Refused before anything is archived; the session buffer is instead compacted a capped part at a time.
         check_work(request.messages, max_messages=deps.settings.max_compact_messages,
                    max_chars=deps.settings.max_compact_chars)
         state = SessionState(buffer=request.messages)
-        return compact_state(request, state, deps, persist_archive=request.persist, force=request.force)[1]
+        return compact_state(request, state, deps, persist_archive=request.persist, force=request.force,
+                             replies=request.llm_replies)[1]
     sessions = deps.sessions
     with sessions.locked(deps.tenant, request):
         state = sessions.head(deps.tenant, request)
-        new_state, response = compact_state(request, state, deps, persist_archive=request.persist, force=request.force)
+        if request.engine == "caller" and request.expected_version not in (None, state.version):
+            # Checked before the run: the replies answer the prompts of that version, not of this one.
+            raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
+                                "start the exchange again")
+        new_state, response = compact_state(request, state, deps, persist_archive=request.persist, force=request.force,
+                                            replies=request.llm_replies)
         if response.compacted and request.persist:
             saved = sessions.commit(deps.tenant, request, new_state, reason="compact",
                                     expected_version=request.expected_version)

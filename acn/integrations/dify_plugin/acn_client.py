@@ -18,6 +18,9 @@ TEXT_FIELDS = {"assemble": "prompt", "memory_retrieve": "text", "compact": "work
 JSON_TWINS = ("messages", "recent_messages")
 # A Dify tool node's built-in outputs: not sent as variables (memory_retrieve's `text` is the text message).
 RESERVED_OUTPUTS = frozenset({"text", "files", "json"})
+# compact's `prompt` (engine caller) is for a program driving the exchange (the agent strategy), which reads the
+# JSON; as a workflow variable it would be an object that is null on every other answer.
+EXCHANGE_OUTPUTS = {"compact": frozenset({"prompt"})}
 
 
 # Dify's external-memory callbacks time out after 10 s by default: answer (or fail) before that.
@@ -35,7 +38,7 @@ def invoke_node(tool: Tool, node: str, parameters: Mapping[str, Any]) -> Generat
     result = call_node(tool.runtime.credentials, node, request_body(parameters))
     yield tool.create_json_message(result)
     for name, value in result.items():
-        if name == "ok" or name in RESERVED_OUTPUTS:
+        if name == "ok" or name in RESERVED_OUTPUTS or name in EXCHANGE_OUTPUTS.get(node, ()):
             continue
         yield tool.create_variable_message(name, "" if value is None else value)
         if name in JSON_TWINS:

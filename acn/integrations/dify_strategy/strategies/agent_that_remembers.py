@@ -3,6 +3,11 @@ server under a token budget (identity → memory → working state → recent tu
 history window. The model and the tools run through Dify (backwards invocation); the server never receives a Dify
 credential. The turn (user query, tool calls and results, answer) is stored once through record_turn, after the
 answer: a model or tool error ends the run with a message and stores nothing of the turn.
+
+With compaction_model agent_model, the compaction's LLM is the node's own model: record_turn runs with the server's
+engine "caller", and when compaction is due the strategy answers the server's prompts (needs_llm) with
+session.model.llm.invoke, round by round, pinned to the session's version. The server checks each reply as it
+checks its own endpoint's (grounding self-check, extractive fallback); it never sees a Dify credential.
 """
 
 import json
@@ -35,6 +40,9 @@ DEFAULT_BUDGET = 8000
 MIN_HISTORY_BUDGET = 256
 # This run's tool results older than the latest round are shrunk by the server's editing rule above this size.
 MAX_TOOL_RESULT_TOKENS = 400
+# The server refuses a compaction reply longer than this (acn/compaction/caller.py): a longer one is cut, and the
+# server then finds it malformed and falls back to its extractive summary.
+MAX_REPLY_CHARS = 100_000
 START = ToolInvokeMessage.LogMessage.LogStatus.START
 ERROR = ToolInvokeMessage.LogMessage.LogStatus.ERROR
 
@@ -56,6 +64,7 @@ class Params(BaseModel):
     session_id: str | None = None
     max_tokens: int | None = Field(default=None, ge=64)
     assembly_mode: str | None = "auto"
+    compaction_model: str | None = "server"
 
 
 class AgentThatRemembersStrategy(AgentStrategy):
@@ -118,16 +127,67 @@ class AgentThatRemembersStrategy(AgentStrategy):
                                                                           "tool_responses": results}},
                                           metadata={"started_at": started, "finished_at": time.perf_counter()})
         turn = [{"role": "user", "content": params.query}, *thoughts, {"role": "assistant", "content": answer}]
+        by_agent_model = params.compaction_model == "agent_model"
+        body: dict[str, Any] = {**namespace, "messages": turn}
+        if by_agent_model:
+            body["compaction"] = {"engine": "caller"}
         try:
-            recorded = call_node(credentials, "record_turn", {**namespace, "messages": turn})
+            recorded = call_node(credentials, "record_turn", body)
         except NodeCallError as error:
             raise AgentRunError(f"Agent that remembers: the answer was given but the turn was not stored: "
                                 f"{error}") from None
+        compaction = recorded["compaction"]
+        if by_agent_model and compaction["reason"] == "needs_llm":
+            compaction = yield from self._compact_with_agent_model(credentials, namespace, params, recorded)
         yield self.create_json_message({"execution_metadata": self._metadata(usage["usage"]),
                                         "memory": {"turn": recorded["turn"], **namespace,
-                                                   "compacted": recorded["compaction"]["compacted"]}})
+                                                   "compacted": compaction["compacted"],
+                                                   "compaction_engine": compaction["engine_used"],
+                                                   "fallback_reason": compaction.get("fallback_reason")}})
 
     # -- pieces ------------------------------------------------------------------------------
+
+    def _compact_with_agent_model(self, credentials: Mapping[str, str], namespace: dict[str, str], params: Params,
+                                  recorded: dict[str, Any]) -> Generator[AgentInvokeMessage, None, dict[str, Any]]:
+        """Answer the server's compaction prompts with the node's model until the compaction is done; return the
+        compact answer. The turn is already stored: a failure here leaves the compaction to a later turn (it is
+        still due then) and never fails the run."""
+        started = time.perf_counter()
+        log = self.create_log_message(label="COMPACTION", data={}, status=START,
+                                      metadata={"started_at": started, "provider": params.model.provider})
+        yield log
+        prompt = recorded["compaction"]["prompt"]
+        # The prompts belong to this version of the session: a run that moved it meanwhile makes the server
+        # answer 409, and the compaction waits for the next turn.
+        body = {**namespace, "engine": "caller", "expected_version": recorded["version"]}
+        replies: list[dict[str, str]] = []
+        try:
+            for _ in range(int(prompt["max_rounds"])):
+                replies.append({"id": prompt["id"], "content": self._ask_model(params, prompt)[:MAX_REPLY_CHARS]})
+                result = call_node(credentials, "compact", {**body, "llm_replies": replies})
+                if result["status"] != "needs_llm":
+                    break
+                prompt = result["prompt"]
+            else:
+                raise NodeCallError(f"the compaction asked for more than {prompt['max_rounds']} replies")
+        except Exception as error:  # the daemon's model error is a plain Exception; NodeCallError for the server
+            yield self._fail(log, started, f"compaction with the agent's model did not finish: {error}")
+            return {"compacted": False, "engine_used": "none", "fallback_reason": None}
+        yield self.finish_log_message(log=log, data={"output": {
+            "rounds": len(replies), "engine_used": result["engine_used"],
+            "fallback_reason": result.get("fallback_reason"), "segments": len(result["segments"])}},
+            metadata={"started_at": started, "finished_at": time.perf_counter(),
+                      "provider": params.model.provider})
+        return dict(result)
+
+    def _ask_model(self, params: Params, prompt: Mapping[str, Any]) -> str:
+        """Return the node's model's answer (non-streaming, no tools) to one compaction prompt."""
+        config = LLMModelConfig(**params.model.model_dump(mode="json"))
+        result = self.session.model.llm.invoke(
+            model_config=config, stream=False, tools=[], stop=[],
+            prompt_messages=[SystemPromptMessage(content=prompt["system"]), UserPromptMessage(content=prompt["user"])])
+        content = result.message.content
+        return content if isinstance(content, str) else "".join(getattr(part, "data", "") for part in content or [])
 
     def _namespace(self, params: Params) -> dict[str, str]:
         """Agent = the app, user = Dify's user, session = the conversation, unless the node sets them."""
