@@ -340,6 +340,10 @@ class MilvusStore(MemoryStore):
         """Writes not yet flushed to segments."""
         return self._unflushed
 
+    def unflushed_in(self, collection: str) -> int:
+        """Writes to one collection not yet flushed to segments."""
+        return self._pending.get(collection, 0)
+
     def _after_write(self, collection: str, count: int) -> None:
         # Normally the background flusher writes segments while the store is quiet (between turns), off
         # the request path; a writer that never pauses flushes a collection inline once flush_every of its

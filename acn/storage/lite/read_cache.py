@@ -102,6 +102,9 @@ class ReadCache:
         # writes that land meanwhile, like the index loads.
         self._agent_sessions: OrderedDict[tuple[str, str], set[str]] = OrderedDict()
         self._session_loads: LoadOnce[tuple[str, str], set[str]] = LoadOnce(self._lock, lambda: self._epoch, set)
+        # Whether a session can read no row at all, known without a scan (the repository's memory heads): such a
+        # session's index is empty from the start and kept by the writes (no load in the background).
+        self.known_empty: Callable[[GroupKey], bool] = lambda key: False
         self._index_rows = index_rows  # 0: no in-process index
         self._max_bytes = max_bytes  # session indexes and parked objects, in all (estimated: see nbytes)
         # Session indexes waiting for the background loader (see local_index).
@@ -337,7 +340,7 @@ class ReadCache:
                     index = self._sibling_view(key)
                 if index is not None:
                     return index
-        if wait or not self._background:
+        if wait or not self._background or self.known_empty(key):
             return self._load_index(key)
         self._warm_later(key)
         return None
@@ -394,6 +397,8 @@ class ReadCache:
 
     def _read_group(self, key: GroupKey) -> LocalIndex | None:
         """Return a new index of every row the session can read (None: more than one query returns)."""
+        if self.known_empty(key):  # writes that land meanwhile are replayed onto it (_index_loads)
+            return LocalIndex(self._dense_dim)
         fields = OUTPUT_FIELDS + (["dense"] if self._dense_dim else []) + self.extra_fields
         where = tenant_filter(key[0]).and_(group_filter(*key[1:]))
         rows = self._query(where, fields, LOAD_PAGE)
