@@ -188,6 +188,16 @@ class MemoryRepository(MemoryQueries):
     def readable_empty(self, tenant: str, namespace: Namespace) -> bool:
         return self.heads.readable_empty(tenant, namespace)
 
+    def rows_held(self, tenant: str, namespace: Namespace, where: Filter, fields: list[str]) -> list[Record] | None:
+        # A Lite file: the session's index, once loaded (or known empty from the start), holds every row it can
+        # read, kept current by the writes: no scan for the write path's dedup pool.
+        flt = tenant_filter(tenant).and_(where).and_(group_filter(namespace.agent_id, namespace.session_id))
+        index = self._local_index(tenant, namespace, flt)
+        if index is None:
+            return None
+        return [{field: record[field] for field in fields if field in record}
+                for record in (to_record(memory, tenant, None) for memory in index.select(flt))]
+
     # -- writes ----------------------------------------------------------------------------
 
     def save(self, tenant: str, memories: list[Memory], *, new_ids: set[str] | None = None) -> None:
