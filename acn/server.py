@@ -243,7 +243,7 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         # Readiness, not liveness: 503 while start-up work that touches a whole store still runs in the background
         # (memory heads of rows written before they existed: acn/storage/memory_heads.py). Requests are answered
         # meanwhile, by the slower path; a load balancer may hold traffic back until this answers 200.
-        pending = [] if runtime.memories.heads.ready.is_set() else ["memory_heads"]
+        pending = runtime.memories.heads.pending()
         response = as_json({"ok": not pending, "ready": not pending, "pending": pending,
                             "request_id": g.get("request_id", "")})
         response.status_code = 503 if pending else 200

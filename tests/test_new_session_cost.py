@@ -187,3 +187,72 @@ def test_another_replica_writing_a_session_is_seen_by_one_that_found_it_empty(li
     finally:
         first.close()
         second.close()
+
+
+def test_a_sessions_rows_after_a_restart_are_loaded_by_id_whatever_else_the_store_holds(tmp_path: Path) -> None:
+    # On a Lite file each row is listed in its session's (or agent's, or the tenant's shared) member pages: after a
+    # restart a session that has rows loads them by primary key, and its first write and reads scan nothing.
+    settings = make_settings(tmp_path)
+    app = create_app(settings)
+    mine = Namespace(agent_id="old-agent", session_id="old-chat")
+    written = [row.model_copy(update={"agent_id": mine.agent_id, "session_id": mine.session_id})
+               for row in other_rows(30)]
+    runtime = app.extensions["acn"]
+    runtime.memories.save(DEFAULT_TENANT, other_rows(OTHERS) + written)
+    agent_row = other_rows(1)[0].model_copy(update={"agent_id": mine.agent_id, "session_id": "elsewhere",
+                                                    "scope": "agent"})
+    runtime.memories.save(DEFAULT_TENANT, [agent_row])
+    runtime.close()
+
+    app = create_app(settings)
+    runtime = app.extensions["acn"]
+    try:
+        runtime.memories.warming.join()
+        counted = Counted(runtime.store)
+        client = app.test_client()
+        for node in FIRST_CALLS:
+            response = client.post(f"/v1/nodes/{node}", json={**mine.model_dump(exclude_none=True),
+                                                               **FIRST_CALLS[node]})
+            assert response.status_code == 200, response.get_json()
+        runtime.memories.cache.settle()
+        assert [call for call in counted.calls if call[3]] == []
+        found = runtime.memories.find(DEFAULT_TENANT, scope_filter(mine), limit=100, within=mine)
+        assert {row.id for row in written} | {agent_row.id} <= {m.id for m in found}
+    finally:
+        runtime.close()
+
+
+def test_member_pages_a_server_process_left_stale_are_rebuilt_before_they_are_trusted(tmp_path: Path) -> None:
+    # A process that writes the store as one of several (no member pages kept) marks them stale; a Lite process
+    # opening it afterwards lists every row again in the background, /readyz naming the work, before any session
+    # index is loaded by id.
+    from acn.storage.memory_heads import MemoryHeads
+    from acn.storage.memory_rows import to_record
+
+    settings = make_settings(tmp_path)
+    mine = Namespace(agent_id="agent", session_id="chat")
+    first, second = (row.model_copy(update={"agent_id": mine.agent_id, "session_id": mine.session_id})
+                     for row in other_rows(2))
+    app = create_app(settings)
+    app.extensions["acn"].memories.save(DEFAULT_TENANT, [first])
+    prefix, collection = settings.collection_prefix, app.extensions["acn"].memories.spec.name
+    app.extensions["acn"].close()
+
+    store = MilvusStore(settings.milvus_uri).open()
+    shared_writer = MemoryHeads(store, prefix=prefix, exclusive=False)
+    shared_writer.open(memories_existed=True, scan=lambda fields: [], background=False)
+    shared_writer.note_save(DEFAULT_TENANT, [second])
+    store.upsert(collection, [to_record(second, DEFAULT_TENANT, None)])
+    store.close()
+
+    app = create_app(settings)
+    runtime = app.extensions["acn"]
+    try:
+        assert runtime.memories.heads.building is not None  # the pages were not trusted as they stood
+        runtime.memories.heads.building.join(60)
+        assert app.test_client().get("/readyz").get_json()["pending"] == []
+        assert sorted(runtime.memories.heads.member_ids(DEFAULT_TENANT, mine) or []) == sorted([first.id, second.id])
+        found = runtime.memories.find(DEFAULT_TENANT, scope_filter(mine), limit=10, within=mine)
+        assert sorted(m.id for m in found) == sorted([first.id, second.id])
+    finally:
+        runtime.close()

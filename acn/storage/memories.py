@@ -55,7 +55,7 @@ class MemoryRepository(MemoryQueries):
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
                  index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
                  embed_later: bool = False, cache_bytes: int = CACHED_BYTES, warm_in_background: bool = True,
-                 inline_rows: int = 0) -> None:
+                 inline_rows: int = 0, member_pages: bool = True) -> None:
         self.embedder = embedder
         # embed_later: rows are written with pending_vector() and EMBEDDED 0, and on_pending hears of them (the
         # backlog worker embeds them); write_order keeps each save and each vector fill whole, in store order.
@@ -90,11 +90,15 @@ class MemoryRepository(MemoryQueries):
         self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
                                max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
         # What a session needs of its own rows, by primary key: no read scans the collection for a new session.
-        self.heads = MemoryHeads(self._raw_store, prefix=prefix, exclusive=exclusive)
+        # member_pages=False: no session is loaded by id (what a process that is one of several writers does).
+        self.heads = MemoryHeads(self._raw_store, prefix=prefix, exclusive=exclusive, pages=member_pages)
         self._heads_background = warm_in_background
+        self.heads.write_order = self.write_order
         if self.cache is not None:
             self.cache.known_empty = lambda key: self.heads.readable_empty(key[0], Namespace(agent_id=key[1],
                                                                                              session_id=key[2]))
+            self.cache.member_ids = lambda key: self.heads.member_ids(key[0], Namespace(agent_id=key[1],
+                                                                                        session_id=key[2]))
 
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).

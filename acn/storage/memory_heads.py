@@ -5,7 +5,9 @@ so a brand-new session that asks "what is the newest stamp in this session?" or 
 every other session's rows (issue 33: 4-8 s at 550k rows). A head is one small row per session (the high-water
 mark of its stamps), per agent (it has agent- or user-scope rows) and per tenant (it has shared rows), in a
 collection of its own, under an id derived from what it names: one `id in [...]` lookup (1 ms) tells whether the
-rows a session can read are known to be none, and its clock's high-water mark.
+rows a session can read are known to be none, and its clock's high-water mark. On a Lite file (one writer) each head
+also lists its rows' ids in member pages (PAGE_IDS ids a row, ids `<head id>:<n>`): a session that has rows, after a
+restart, loads them by primary key (500 ids a lookup) instead of a filtered scan of the whole collection.
 
 Why it stays correct:
 - A head is written before the memory rows it stands for (MemoryRepository.save): a reader that finds no head
@@ -21,6 +23,9 @@ Why it stays correct:
 - Rows written before heads existed: a background pass reads the collection once, writes their heads and then a
   `built` marker row; until the marker exists no head is trusted (`ready` is False, /readyz says so) and every
   read takes the old path.
+- Member pages are complete only if every writer kept them: the marker says so (high_ms 1). A process that writes
+  without keeping them (against a server, or member_pages=False) sets it to 0; a Lite process that then opens the
+  store lists every row again in the background pass before it loads any session by id (`pages_ready`, /readyz).
 """
 
 from __future__ import annotations
@@ -37,7 +42,11 @@ from acn.common.models import Memory, Namespace
 from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
 
 HEAD_FIELDS = {"tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "kind": "varchar",
-               "high_ms": "int64"}
+               "high_ms": "int64", "ids": "json"}
+PAGE = "page"  # the kind of a member page: up to PAGE_IDS ids of one owner's rows, its number in high_ms
+PAGE_IDS = 256  # ids a member page holds (a save rewrites the owner's last page: kept small)
+PAGES_A_READ = 32  # member pages asked for in one primary-key lookup
+KNOWN_MEMBERS = 1024  # owners whose member lists are held in process (Lite only), least recently used out
 BUILT = "built"  # the id of the marker row: every memory row has its heads
 KNOWN_HEADS = 262_144  # heads remembered in process (present, or on a Lite file absent); least recently used out
 WRITE_CHUNK = 500
@@ -82,6 +91,17 @@ def heads_of(tenant: str, rows: Iterable[Memory | Record]) -> dict[HeadKey, int]
     return needed
 
 
+def owner_of(tenant: str, agent: str, session: str, scope: str) -> HeadKey:
+    """Return the head whose member pages list a row: its session's (session scope), its agent's, or shared."""
+    if scope == "session":
+        return ("session", tenant, agent, session)
+    return ("shared", tenant, "", "") if scope == "shared" else ("agent", tenant, agent, "")
+
+
+def page_id(owner: HeadKey, page: int) -> str:
+    return f"{head_id(*owner)}:{page}"
+
+
 def _row_keys(tenant: str, agent: str, session: str, scope: str) -> list[HeadKey]:
     keys: list[HeadKey] = [("session", tenant, agent, session)]  # the clock counts every row of the session
     if scope == "shared":
@@ -94,14 +114,25 @@ def _row_keys(tenant: str, agent: str, session: str, scope: str) -> list[HeadKey
 class MemoryHeads:
     """Per-session, per-agent and per-tenant heads of a memories collection, read and written by primary key."""
 
-    def __init__(self, store: MemoryStore, *, prefix: str, exclusive: bool) -> None:
+    def __init__(self, store: MemoryStore, *, prefix: str, exclusive: bool, pages: bool = True) -> None:
         self.store = store
         self.spec = heads_spec(prefix)
         self.exclusive = exclusive  # a Lite file: this process is the only writer, so absence can be remembered
+        self.paged = exclusive and pages  # member pages kept (only one writer can keep them complete)
         self.ready = threading.Event()  # every memory row has its heads (the built marker is stored)
+        # Every row is listed in its owner's member pages: only where one writer kept them all along (a Lite
+        # file), told by the built marker's high_ms (1); a server process that writes marks them stale (0).
+        self.pages_ready = threading.Event()
         self.building: threading.Thread | None = None
         self._lock = threading.Lock()
         self._known: OrderedDict[HeadKey, int | None] = OrderedDict()  # high-water mark; None: no such head
+        # On a Lite file (one writer), each head's rows are also listed by id in member pages, so that a session
+        # that has rows loads them by primary key too (member_ids); held here once read, per owner.
+        self._members: OrderedDict[HeadKey, list[list[str]]] = OrderedDict()
+        self._listed: dict[HeadKey, set[str]] = {}
+        # The repository's write lock: the background pass lists rows under it, so that its page writes and a
+        # save's never interleave.
+        self.write_order: threading.RLock = threading.RLock()
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -113,10 +144,17 @@ class MemoryHeads:
             self._mark_built()
             return
         marker = self.store.query(self.spec.name, Filter("id in {head_ids}", {"head_ids": [BUILT]}),
-                                  fields=["id"], limit=1)
+                                  fields=["id", "high_ms"], limit=1)
         if marker:
-            self.ready.set()
-            return
+            self.ready.set()  # heads are complete; member pages only if one writer kept them all along
+            paged = int(marker[0]["high_ms"]) == 1
+            if not self.paged:
+                if paged:
+                    self._mark_built()  # this process writes without keeping member pages: they go stale
+                return
+            if paged:
+                self.pages_ready.set()
+                return
         if not background:
             self.build(scan)
             return
@@ -127,9 +165,17 @@ class MemoryHeads:
         """Write the heads of every stored memory row (one read of the collection), then the built marker."""
         try:
             needed: dict[HeadKey, int] = {}
+            members: dict[HeadKey, list[str]] = {}
             for row in scan(["agent_id", "session_id", "scope", "updated_at", "tenant"]):
                 for key, stamp in heads_of(str(row["tenant"]), [row]).items():
                     needed[key] = max(needed.get(key, 0), stamp)
+                if self.paged:
+                    owner = owner_of(str(row["tenant"]), str(row["agent_id"]), str(row["session_id"]),
+                                     str(row["scope"]))
+                    members.setdefault(owner, []).append(str(row["id"]))
+            for owner, ids in members.items():
+                with self.write_order:  # with what saves meanwhile listed (member pages are read first)
+                    self.store.upsert(self.spec.name, self._list(owner, ids))
             keys = list(needed)
             for start in range(0, len(keys), WRITE_CHUNK):
                 chunk = keys[start: start + WRITE_CHUNK]
@@ -141,8 +187,16 @@ class MemoryHeads:
             log.exception("writing memory heads failed")
 
     def _mark_built(self) -> None:
-        self.store.upsert(self.spec.name, [self._row(("built", "", "", ""), 0) | {"id": BUILT}])
+        self.store.upsert(self.spec.name, [self._row(("built", "", "", ""), int(self.paged)) | {"id": BUILT}])
         self.ready.set()
+        if self.paged:
+            self.pages_ready.set()
+
+    def pending(self) -> list[str]:
+        """Return what start-up work still runs in the background (for /readyz)."""
+        if not self.ready.is_set():
+            return ["memory_heads"]
+        return ["member_pages"] if self.paged and not self.pages_ready.is_set() else []
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -197,22 +251,95 @@ class MemoryHeads:
                 found[key] = int(row["high_ms"])
         return found
 
+    def member_ids(self, tenant: str, namespace: Namespace) -> list[str] | None:
+        """Return the ids of every row a session can read, by primary-key reads of member pages (None: not kept:
+        against a server, or while heads are being built)."""
+        if not self.paged or not self.pages_ready.is_set():
+            return None
+        keys = _group_keys(tenant, namespace)
+        found = self._lookup(keys)
+        ids: list[str] = []
+        for key in keys:
+            if found.get(key) is not None:
+                ids += [member for page in self._pages(key) for member in page]
+        return ids
+
+    def _pages(self, owner: HeadKey) -> list[list[str]]:
+        with self._lock:
+            pages = self._members.get(owner)
+            if pages is not None:
+                self._members.move_to_end(owner)
+                return pages
+            absent = self.exclusive and owner in self._known and self._known[owner] is None
+        pages = []
+        while not absent:  # an owner known to have no head has no pages: nothing to read
+            wanted = [page_id(owner, n) for n in range(len(pages), len(pages) + PAGES_A_READ)]
+            rows = self.store.query(self.spec.name, Filter("id in {page_ids}", {"page_ids": wanted}),
+                                    fields=["id", "ids", "kind", "tenant", "agent_id", "session_id"],
+                                    limit=len(wanted))
+            by_id = {str(row["id"]): row for row in rows
+                     if (row["kind"], row["tenant"], row["agent_id"], row["session_id"]) == (PAGE, *owner[1:])}
+            for page in wanted:
+                if page not in by_id:
+                    break
+                pages.append([str(member) for member in by_id[page]["ids"] or []])
+            if len(pages) % PAGES_A_READ or not by_id or len(by_id) < len(wanted):
+                break
+        with self._lock:
+            if owner not in self._members:  # a save since the read listed it first: its lists win
+                self._members[owner] = pages
+                self._listed[owner] = {member for page in pages for member in page}
+                while len(self._members) > KNOWN_MEMBERS:
+                    forgotten, _ = self._members.popitem(last=False)
+                    self._listed.pop(forgotten, None)
+            return self._members[owner]
+
+    def _list(self, owner: HeadKey, ids: Sequence[str]) -> list[Record]:
+        """Add ids to an owner's member pages (those not listed yet); return the page rows to write (its last
+        page rewritten, and new ones)."""
+        pages = self._pages(owner)
+        with self._lock:
+            listed = self._listed.setdefault(owner, set())
+            new = [member for member in dict.fromkeys(ids) if member not in listed]
+            if not new:
+                return []
+            first = max(len(pages) - 1, 0)
+            if not pages:
+                pages.append([])
+            for member in new:
+                if len(pages[-1]) >= PAGE_IDS:
+                    pages.append([])
+                pages[-1].append(member)
+                listed.add(member)
+            rows = [{"id": page_id(owner, n), "kind": PAGE, "tenant": owner[1], "agent_id": owner[2],
+                     "session_id": owner[3], "high_ms": n, "ids": list(pages[n]), "dense": [1.0, 0.0]}
+                    for n in range(first, len(pages))]
+        return rows
+
     # -- writes --------------------------------------------------------------------------------
 
     def note_save(self, tenant: str, memories: Sequence[Memory]) -> None:
         """Write the heads a batch needs, before its rows (see the module's notes)."""
         needed = heads_of(tenant, memories)
+        pages: list[Record] = []
+        if self.paged:  # one writer: the member pages stay complete (against a server they are not kept)
+            owners: dict[HeadKey, list[str]] = {}
+            for memory in memories:
+                owners.setdefault(owner_of(tenant, memory.agent_id, memory.session_id, str(memory.scope)),
+                                  []).append(memory.id)
+            for owner, ids in owners.items():
+                pages += self._list(owner, ids)
         with self._lock:
             known = {key: self._known.get(key) for key in needed}
         # A session's mark moves with every save (the clock reads it after a restart); an agent's or a tenant's
         # head only says "there are rows" and is written once.
         wanted = {key: max(stamp, known[key] or 0) for key, stamp in needed.items()
                   if known[key] is None or (key[0] == "session" and stamp > (known[key] or 0))}
-        if wanted:
-            self._write(wanted)
+        if wanted or pages:
+            self._write(wanted, pages)  # one upsert: heads and pages
 
-    def _write(self, heads: dict[HeadKey, int]) -> None:
-        self.store.upsert(self.spec.name, [self._row(key, high) for key, high in heads.items()])
+    def _write(self, heads: dict[HeadKey, int], pages: Sequence[Record] = ()) -> None:
+        self.store.upsert(self.spec.name, [*pages, *(self._row(key, high) for key, high in heads.items())])
         with self._lock:
             for key, high in heads.items():
                 self._remember(key, max(high, self._known.get(key) or 0))
@@ -228,4 +355,4 @@ class MemoryHeads:
         kind, tenant, agent, session = key
         # The collection's only vector is a placeholder (Milvus requires one); it is never searched.
         return {"id": head_id(*key), "kind": kind, "tenant": tenant, "agent_id": agent, "session_id": session,
-                "high_ms": high, "dense": [1.0, 0.0]}
+                "high_ms": high, "ids": [], "dense": [1.0, 0.0]}
