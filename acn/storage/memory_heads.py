@@ -48,7 +48,7 @@ PAGE_IDS = 256  # ids a member page holds (a save rewrites the owner's last page
 PAGES_A_READ = 32  # member pages asked for in one primary-key lookup
 KNOWN_MEMBERS = 1024  # owners whose member lists are held in process (Lite only), least recently used out
 BUILT = "built"  # the id of the marker row: every memory row has its heads
-KNOWN_HEADS = 262_144  # heads remembered in process (present, or on a Lite file absent); least recently used out
+KNOWN_HEADS = 65_536  # heads remembered in process (present, or on a Lite file absent); least recently used out
 WRITE_CHUNK = 500
 log = logging.getLogger("acn.store")
 # Reads every memory row (these fields) of the collection, in pieces: the background pass that writes old rows' heads.
