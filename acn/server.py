@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy, guard: KeyGuard) -> None:
     ui_auth: UiAuth = app.extensions["acn_ui_auth"]
     # /healthz and /metrics check keys themselves (a bare health answer, a metrics token).
-    open_paths = {"/healthz", "/openapi.json", "/openapi-admin.json", "/v1/manifest", "/metrics"}
+    open_paths = {"/healthz", "/readyz", "/openapi.json", "/openapi-admin.json", "/v1/manifest", "/metrics"}
 
     @app.before_request
     def _start() -> Response | None:
@@ -248,6 +248,17 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         return as_json({"ok": True, "status": "ok", "version": VERSION, "store": runtime.store.info(),
                         "tokenizer": runtime.tokenizer.name, "embedder": runtime.settings.embedder,
                         "nodes": list(nodes), "auth": bool(keys), "request_id": g.get("request_id", "")})
+
+    @app.get("/readyz")
+    def _ready() -> Response:
+        # Readiness, not liveness: 503 while start-up work that touches a whole store still runs in the background
+        # (memory heads of rows written before they existed: acn/storage/memory_heads.py). Requests are answered
+        # meanwhile, by the slower path; a load balancer may hold traffic back until this answers 200.
+        pending = runtime.memories.heads.pending()
+        response = as_json({"ok": not pending, "ready": not pending, "pending": pending,
+                            "request_id": g.get("request_id", "")})
+        response.status_code = 503 if pending else 200
+        return response
 
     @app.get("/metrics")
     def _metrics() -> Response:

@@ -20,6 +20,7 @@ from acn.providers.embedders import Embedder
 from acn.storage.base import Filter, Hit, MemoryStore, Record
 from acn.storage.lite.local_index import DISTINCT_FETCH, LocalIndex
 from acn.storage.lite.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, ReadCache, Stamp
+from acn.storage.memory_heads import MemoryHeads
 from acn.storage.memory_queries import MemoryQueries
 from acn.storage.memory_rows import (
     EMBEDDED,
@@ -61,7 +62,7 @@ class MemoryRepository(MemoryQueries):
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
                  index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
                  embed_later: bool = False, cache_bytes: int = CACHED_BYTES, warm_in_background: bool = True,
-                 inline_rows: int = 0) -> None:
+                 inline_rows: int = 0, member_pages: bool = True) -> None:
         self.embedder = embedder
         # embed_later: rows are written with pending_vector() and EMBEDDED 0, and on_pending hears of them (the
         # backlog worker embeds them); write_order keeps each save and each vector fill whole, in store order.
@@ -98,6 +99,16 @@ class MemoryRepository(MemoryQueries):
         self.warming: threading.Thread | None = None  # the start-up search (open); Runtime.open waits for it
         self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
                                max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
+        # What a session needs of its own rows, by primary key: no read scans the collection for a new session.
+        # member_pages=False: no session is loaded by id (what a process that is one of several writers does).
+        self.heads = MemoryHeads(self._raw_store, prefix=prefix, exclusive=exclusive, pages=member_pages)
+        self._heads_background = warm_in_background
+        self.heads.write_order = self.write_order
+        if self.cache is not None:
+            self.cache.known_empty = lambda key: self.heads.readable_empty(key[0], Namespace(agent_id=key[1],
+                                                                                             session_id=key[2]))
+            self.cache.member_ids = lambda key: self.heads.member_ids(key[0], Namespace(agent_id=key[1],
+                                                                                        session_id=key[2]))
 
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).
@@ -118,6 +129,7 @@ class MemoryRepository(MemoryQueries):
         Memories written with the other key setting, or with another key, are refused: every read and write then
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
+        existed = self._raw_store.exists(self.spec.name)
         self.store.ensure(self.spec)
         names = self.store.field_names(self.spec.name) if self.flagged else None
         if names is not None and EMBEDDED_FIELD not in names:
@@ -133,6 +145,8 @@ class MemoryRepository(MemoryQueries):
             log.error("memories refused: %s", problem.message)
             self.store = RefusedStore(self.store, problem)
             return
+        self.heads.open(memories_existed=existed, background=self._heads_background,
+                        scan=lambda fields: self._query_range(self.store, Filter(""), fields, "", None))
         # A Lite file builds its search structures on the first search after it opens (3 s at 100k rows): one
         # search now, off the request path, so that the first request does not pay for it.
         self.warming = threading.Thread(target=self._warm_store, name="acn-store-warm", daemon=True)
@@ -183,6 +197,9 @@ class MemoryRepository(MemoryQueries):
         a clock set back), so they are all that is read: a few rows, not the session (a whole-session read cost
         a second at 10k rows).
         """
+        high = self.heads.session_high(tenant, namespace)  # by primary key (None: heads still being built)
+        if high is not None:
+            return high
         wall = int(time.time() * 1000)
         # A stamp beyond the stored-row bound (acn/common/stored.py) is not a clock: following it, the next stamp
         # overflowed the store's int64 and every later write of the session failed. Such a row is skipped.
@@ -191,6 +208,20 @@ class MemoryRepository(MemoryQueries):
             {"clock_wall": wall, "clock_limit": stamp_bounds(wall)[1]}))
         rows = self.store.query(self.spec.name, ahead, fields=["updated_at"], limit=QUERY_WINDOW)
         return max((int(row["updated_at"]) for row in rows), default=0)
+
+    def readable_empty(self, tenant: str, namespace: Namespace) -> bool:
+        return self.heads.readable_empty(tenant, namespace)
+
+    def rows_held(self, tenant: str, namespace: Namespace, where: Filter, fields: list[str]) -> list[Record] | None:
+        # A Lite file: the session's index, once loaded (or known empty from the start), holds every row it can
+        # read, kept current by the writes: no scan for the write path's dedup pool.
+        flt = tenant_filter(tenant).and_(where).and_(group_filter(namespace.agent_id, namespace.session_id))
+        index = self._local_index(tenant, namespace, flt)
+        if index is None:
+            return None
+        # Rows as query_all answers them: the id the client knows (to_record gives the tenant-scoped key).
+        return [{field: record[field] for field in fields if field in record}
+                for record in (with_client_id(to_record(memory, tenant, None)) for memory in index.select(flt))]
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -211,6 +242,7 @@ class MemoryRepository(MemoryQueries):
         fresh = new_ids or set()
         with self.write_order:
             try:
+                self.heads.note_save(tenant, memories)  # before the rows: no head, no row (memory_heads.py)
                 self.store.insert(self.spec.name, [r for m, r in zip(memories, records, strict=True) if m.id in fresh])
                 self.store.upsert(self.spec.name,
                                   [r for m, r in zip(memories, records, strict=True) if m.id not in fresh])
@@ -313,6 +345,8 @@ class MemoryRepository(MemoryQueries):
         cached = self.cache.archived_messages(tenant, namespace, wanted) if self.cache is not None else None
         if cached is not None:
             return cached
+        if self.heads.session_empty(tenant, namespace):
+            return []
         where = (session_filter(tenant, namespace).and_(live_filter(False))
                  .and_(Filter('scope == "session" and kind == "turn" and turn_from in {near}',
                               {"near": sorted(wanted)})))
@@ -370,6 +404,8 @@ class MemoryRepository(MemoryQueries):
             index = self._local_index(tenant, within, flt)
             if index is not None:
                 return sorted(index.select(flt), key=lambda m: (m.created_at, m.id))[offset: offset + limit]
+            if self.readable_empty(tenant, within):
+                return []
         rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)
         return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
 
@@ -469,6 +505,8 @@ class MemoryRepository(MemoryQueries):
         if not query.strip():
             return []
         index = self._local_index(tenant, within, flt) if within is not None else None
+        if index is None and within is not None and self.readable_empty(tenant, within):
+            return []
         vector = self._query_vector(query)
         dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit

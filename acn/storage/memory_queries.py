@@ -61,6 +61,14 @@ class MemoryQueries(ABC):
 
     # -- retrieval ---------------------------------------------------------------------------------------------
 
+    def readable_empty(self, tenant: str, namespace: Namespace) -> bool:
+        """Return True when no row the namespace can read exists (known without a scan; False: cannot tell)."""
+        return False
+
+    def rows_held(self, tenant: str, namespace: Namespace, where: Filter, fields: list[str]) -> list[Record] | None:
+        """Return the rows matching `where` among those the namespace can read, from memory (None: not held)."""
+        return None
+
     def search_readable(self, tenant: str, namespace: Namespace, query: str, *, scopes: Sequence[str] | None,
                         include_superseded: bool, kinds: Sequence[str] | None, limit: int,
                         text_query: str | None = None, distinct: bool = False) -> list[Scored]:
@@ -119,10 +127,13 @@ class MemoryQueries(ABC):
         """Return every row (these fields) of the namespace's scopes, however many: live ones, or with
         `live=False` closed ones too; kinds as named (archived turns only when named); with `updated_since`,
         only rows stamped at or after that millisecond."""
+        if self.readable_empty(tenant, namespace):  # a new session of a new agent: nothing to read
+            return []
         where = readable(namespace, scopes, include_superseded=not live, kinds=kinds)
         if updated_since is not None:
             where = where.and_(Filter("updated_at >= {pool_since}", {"pool_since": updated_since}))
-        return self.query_all(tenant, where, fields)
+        held = self.rows_held(tenant, namespace, where, fields)
+        return held if held is not None else self.query_all(tenant, where, fields)
 
     # -- the admin API -----------------------------------------------------------------------------------------
 

@@ -179,8 +179,7 @@ class SessionRepository:
 
     def read(self, tenant: str, namespace: Namespace, version: int) -> SessionState:
         """Return the state at one version; 404 when it does not exist (or was pruned)."""
-        where = self._rows(tenant, namespace, SNAPSHOT).and_(Filter("version == {rv}", {"rv": version}))
-        rows = self.store.query(self.spec.name, where, fields=["part", "parts", "chunk"], limit=10_000)
+        rows = self._snapshot_parts(tenant, namespace, version)
         rows.sort(key=lambda row: row["part"])
         # Parts beyond `parts` are leftovers of an interrupted longer write of the same version.
         rows = rows[: rows[0]["parts"]] if rows else rows
@@ -266,8 +265,7 @@ class SessionRepository:
 
     def _fenced_head(self, lease: Lease, tenant: str, namespace: Namespace) -> int:
         """Return the stored head version, refusing when a newer lease holder wrote since this one read."""
-        rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version", "info"],
-                                limit=1)
+        rows = self._by_id(tenant, namespace, [_head_id(tenant, namespace)], ["version", "info"])
         version = int(rows[0]["version"]) if rows else 0
         fence = int((rows[0]["info"] or {}).get("fence", 0)) if rows else 0
         if fence > lease.token or (lease.read_version is not None and version != lease.read_version):
@@ -277,8 +275,35 @@ class SessionRepository:
         return version
 
     def _stored_version(self, tenant: str, namespace: Namespace) -> int:
-        rows = self.store.query(self.spec.name, self._rows(tenant, namespace, HEAD), fields=["version"], limit=1)
+        rows = self._by_id(tenant, namespace, [_head_id(tenant, namespace)], ["version"])
         return int(rows[0]["version"]) if rows else 0
+
+    def _snapshot_parts(self, tenant: str, namespace: Namespace, version: int) -> list[Record]:
+        """Return the stored parts of one version: part 0 by its id, then the others it counts by theirs."""
+        fields = ["part", "parts", "chunk", "version"]
+        key = _session_key(tenant, namespace)
+        first = self._by_id(tenant, namespace, [f"{key}:v{version}:p0"], fields)
+        parts = int(first[0]["parts"]) if first else 0
+        rest = self._by_id(tenant, namespace, [f"{key}:v{version}:p{i}" for i in range(1, parts)], fields)
+        rows = [row for row in [*first, *rest] if int(row["version"]) == version]
+        if rows:
+            return rows
+        # Not under the ids commit writes (a pruned version, or rows some other writer stored): the scan answers.
+        where = self._rows(tenant, namespace, SNAPSHOT).and_(Filter("version == {rv}", {"rv": version}))
+        return self.store.query(self.spec.name, where, fields=fields, limit=10_000)
+
+    def _by_id(self, tenant: str, namespace: Namespace, ids: list[str], fields: list[str]) -> list[Record]:
+        """Return the session's rows with these ids, by primary key.
+
+        The filter is `id in [...]` alone, the owner checked here: Milvus Lite answers that from its key index
+        (1 ms), any other clause makes it scan every row of the collection (STORAGE.md, "Learned since").
+        """
+        if not ids:
+            return []
+        rows = self.store.query(self.spec.name, Filter("id in {session_row_ids}", {"session_row_ids": ids}),
+                                fields=[*fields, "tenant", "agent_id", "session_id"], limit=len(ids))
+        owner = (tenant, namespace.agent_id, namespace.session_id)
+        return [row for row in rows if (row["tenant"], row["agent_id"], row["session_id"]) == owner]
 
     def heads_of(self, tenant: str, *, limit: int) -> list[Record]:
         """Return up to `limit` session heads of a whole tenant (agent_id, session_id, version, created_at)."""
@@ -315,7 +340,7 @@ class SessionRepository:
         return rows
 
     def _head_row(self, tenant: str, namespace: Namespace, state: SessionState) -> dict[str, Any]:
-        return self._row(tenant, namespace, id=f"{_session_key(tenant, namespace)}:head", row=HEAD,
+        return self._row(tenant, namespace, id=_head_id(tenant, namespace), row=HEAD,
                          version=state.version, part=0, parts=0, created_at=state.created_at, chunk="", info={})
 
     def _prune(self, tenant: str, namespace: Namespace, latest: int) -> None:
@@ -338,3 +363,6 @@ def _session_key(tenant: str, namespace: Namespace) -> str:
     raw = json.dumps([tenant, namespace.agent_id, namespace.session_id])
     return "s" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
 
+
+def _head_id(tenant: str, namespace: Namespace) -> str:
+    return f"{_session_key(tenant, namespace)}:head"

@@ -1,0 +1,228 @@
+"""A deployment that grows (issue 33): many sessions in one store, and what a new chat's first call costs.
+
+Run: .venv/bin/python -m bench.scale --quick            # 100k memories over 200 sessions, one namespace of 10k
+     .venv/bin/python -m bench.scale                    # 1M over 1,000 sessions, one namespace of 100k
+     .venv/bin/python -m bench.scale --embedder use     # the same with USE vectors
+Prints a Markdown report (and writes it with --out).
+
+Everything goes through HTTP to `python server.py` on a Lite file, as an operator would run it:
+1. Fill: `--memories` over `--sessions` sessions (one agent each), `--batch` items a memory_write call, then one
+   namespace of `--namespace` memories; the write rate of each step of `--step` memories, RSS and disk.
+2. Warm server: each kind of first call of a brand-new session (memory_write, record_turn, assemble), the median
+   of `--probes` sessions, beside the warm median of the calls that follow in the same session.
+3. Restart: a new server process on the same file: ms to /healthz and to /readyz; then the first call of a session
+   written before the restart, of the big namespace, and of a new session, each beside its warm median; RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from bench.namespace import rss_mb
+from bench.perf import OverHttp, memory_text, say, serve, wait_healthy
+
+KINDS = ("fact", "fact", "decision", "preference", "constraint")
+NODES = ("memory_write", "record_turn", "assemble")
+
+
+@dataclass(frozen=True)
+class Config:
+    memories: int = 1_000_000
+    sessions: int = 1_000
+    namespace: int = 100_000
+    batch: int = 500
+    step: int = 100_000
+    probes: int = 5
+    warm_calls: int = 5
+    embedder: str = "none"
+
+
+QUICK = Config(memories=100_000, sessions=200, namespace=10_000, step=20_000)
+
+
+@dataclass
+class Report:
+    config: Config
+    rates: list[tuple[int, float]] = field(default_factory=list)  # (memories stored after the step, items/s)
+    namespace_rate: float = 0.0
+    rss_mb: dict[str, float] = field(default_factory=dict)
+    disk_mb: float = 0.0
+    healthy_ms: float = 0.0
+    ready_ms: float = 0.0
+    firsts: list[tuple[str, str, float, float]] = field(default_factory=list)  # (when, node, first ms, warm ms)
+
+
+def items(rng: random.Random, count: int) -> list[dict[str, Any]]:
+    return [{"kind": KINDS[i % len(KINDS)], "content": memory_text(rng)[0]} for i in range(count)]
+
+
+def body(node: str, namespace: dict[str, str], rng: random.Random) -> dict[str, Any]:
+    """Return one realistic call of a node in a namespace."""
+    content, question = memory_text(rng)
+    if node == "memory_write":
+        return {**namespace, "items": items(rng, 5)}
+    if node == "record_turn":
+        return {**namespace, "messages": [{"role": "user", "content": question},
+                                          {"role": "assistant", "content": content}]}
+    return {**namespace, "user_input": question, "mode": "focused", "max_tokens": 2000}
+
+
+def timed(client: OverHttp, node: str, payload: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    client.post(node, payload)
+    return (time.perf_counter() - started) * 1000
+
+
+def first_and_warm(client: OverHttp, node: str, namespaces: list[dict[str, str]], warm_calls: int,
+                   rng: random.Random) -> tuple[float, float]:
+    """Return (median of each namespace's first call, median of the calls after it) of one node."""
+    firsts, warm = [], []
+    for namespace in namespaces:
+        firsts.append(timed(client, node, body(node, namespace, rng)))
+        warm += [timed(client, node, body(node, namespace, rng)) for _ in range(warm_calls)]
+    return statistics.median(firsts), statistics.median(warm)
+
+
+def disk_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def session(index: int) -> dict[str, str]:
+    return {"agent_id": f"user-{index}", "session_id": f"chat-{index}"}
+
+
+BIG = {"agent_id": "big-agent", "session_id": "big-chat"}
+
+
+def fill(client: OverHttp, config: Config, report: Report, rng: random.Random) -> None:
+    per = max(1, config.memories // config.sessions)
+    written, step_start, step_written = 0, time.perf_counter(), 0
+    for index in range(config.sessions):
+        left = per
+        while left:
+            count = min(config.batch, left)
+            client.post("memory_write", {**session(index), "items": items(rng, count)})
+            left -= count
+            written += count
+            step_written += count
+            if step_written >= config.step:
+                rate = step_written / (time.perf_counter() - step_start)
+                report.rates.append((written, rate))
+                say(f"{written:,} stored: {rate:,.0f} items/s over the last {step_written:,}")
+                step_start, step_written = time.perf_counter(), 0
+    if step_written:
+        report.rates.append((written, step_written / (time.perf_counter() - step_start)))
+    started, left = time.perf_counter(), config.namespace
+    while left:
+        count = min(config.batch, left)
+        client.post("memory_write", {**BIG, "items": items(rng, count)})
+        left -= count
+    report.namespace_rate = config.namespace / max(time.perf_counter() - started, 1e-9)
+    say(f"one namespace of {config.namespace:,}: {report.namespace_rate:,.0f} items/s")
+
+
+def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before /readyz")
+        if requests.get(f"{base}/readyz", timeout=10).status_code in (200, 404):  # 404: a release without it
+            return
+        time.sleep(0.05)
+    raise RuntimeError("/readyz did not answer 200")
+
+
+def run(config: Config, folder: Path) -> Report:
+    report, rng = Report(config), random.Random(33)
+    store = folder / "memory.db"
+    with serve(store, config.embedder) as (base, process, _):
+        wait_healthy(base, process)
+        with closing(OverHttp(base)) as client:
+            fill(client, config, report, rng)
+            report.rss_mb["after the fill"] = rss_mb(process.pid)
+            for node in NODES:
+                fresh = [{"agent_id": f"new-{node}-{i}", "session_id": "first-chat"} for i in range(config.probes)]
+                first, warm = first_and_warm(client, node, fresh, config.warm_calls, rng)
+                report.firsts.append(("warm server", f"new session: {node}", first, warm))
+                say(f"new session, {node}: first {first:.0f} ms, warm {warm:.0f} ms")
+    report.disk_mb = disk_mb(store)
+    with serve(store, config.embedder) as (base, process, started):
+        wait_healthy(base, process)
+        report.healthy_ms = (time.perf_counter() - started) * 1000
+        wait_ready(base, process)
+        report.ready_ms = (time.perf_counter() - started) * 1000
+        say(f"restart: healthy in {report.healthy_ms:,.0f} ms, ready in {report.ready_ms:,.0f} ms")
+        report.rss_mb["after a restart, ready"] = rss_mb(process.pid)
+        with closing(OverHttp(base)) as client:
+            for node in NODES:
+                old = [session(config.sessions - 1 - i - NODES.index(node) * config.probes)
+                       for i in range(config.probes)]
+                cases = [("existing session", old), ("new session",
+                         [{"agent_id": f"later-{node}-{i}", "session_id": "chat"} for i in range(config.probes)])]
+                if config.namespace:
+                    cases.append((f"namespace of {config.namespace:,}", [BIG]))
+                for label, namespaces in cases:
+                    first, warm = first_and_warm(client, node, namespaces, config.warm_calls, rng)
+                    report.firsts.append(("after a restart", f"{label}: {node}", first, warm))
+                    say(f"after a restart, {label}, {node}: first {first:.0f} ms, warm {warm:.0f} ms")
+            report.rss_mb["after a restart and the probes"] = rss_mb(process.pid)
+    return report
+
+
+def markdown(report: Report, command: str) -> str:
+    config = report.config
+    lines = [f"`{command}`: {config.memories:,} memories over {config.sessions:,} sessions and one namespace of "
+             f"{config.namespace:,}; {config.batch} items a memory_write call; embedder `{config.embedder}`; HTTP to "
+             "`python server.py` on a Milvus Lite file.", "",
+             "| stored | write rate (items/s) over the step |", "|---|---|"]
+    lines += [f"| {stored:,} | {rate:,.0f} |" for stored, rate in report.rates]
+    lines += ["", f"One namespace of {config.namespace:,}: {report.namespace_rate:,.0f} items/s. "
+              f"Disk {report.disk_mb:,.0f} MB. Restart: /healthz in {report.healthy_ms:,.0f} ms, /readyz in "
+              f"{report.ready_ms:,.0f} ms.", "", "| RSS | MB |", "|---|---|"]
+    lines += [f"| {label} | {mb:,.0f} |" for label, mb in report.rss_mb.items()]
+    lines += ["", f"Each first call: the median over {config.probes} sessions (1 for the big namespace), beside the "
+              f"median of the {config.warm_calls} calls after it in the same session.", "",
+              "| when | call | first (ms) | warm median (ms) | first / warm |", "|---|---|---|---|---|"]
+    lines += [f"| {when} | {call} | {first:,.0f} | {warm:,.1f} | {first / max(warm, 1e-9):.1f}× |"
+              for when, call, first, warm in report.firsts]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="100k memories over 200 sessions, a namespace of 10k")
+    parser.add_argument("--memories", type=int)
+    parser.add_argument("--sessions", type=int)
+    parser.add_argument("--namespace", type=int, help="memories of the one big namespace (0: none)")
+    parser.add_argument("--step", type=int, help="memories between two write-rate figures")
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--probes", type=int)
+    parser.add_argument("--embedder", choices=["none", "use"], default="none")
+    parser.add_argument("--dir", type=Path, help="where the store goes (default: a temporary folder)")
+    parser.add_argument("--out", type=Path, help="write the Markdown report here too")
+    args = parser.parse_args()
+    base = QUICK if args.quick else Config()
+    config = Config(**{**base.__dict__, **{key: value for key, value in vars(args).items()
+                                           if key in Config.__dataclass_fields__ and value is not None}})
+    command = "python -m bench.scale " + " ".join(sys.argv[1:])
+    with tempfile.TemporaryDirectory(dir=args.dir) as folder:
+        text = markdown(run(config, Path(folder)), command.strip())
+    print(text)
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
