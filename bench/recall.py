@@ -13,6 +13,9 @@ Suites, each split by a fixed rule (tune on dev only; a change that helps dev an
              dev, odd test (en dialogues carry no id: their line number, the same order as zh; en memories carry
              no user: the zh memory of the same id gives it).
 - zh-daily   bench/zh_daily.py, generated: even seeds dev, odd seeds test (`--conversations N`, half each).
+- zh-chain, en-chain    bench/joined.py, generated (even seeds dev, odd test; `--joined-conversations N`): an
+- zh-ramble, en-ramble  entity named by one attribute and asked about another (two messages that share only the
+                        entity), or a question after chit-chat and self-corrections (issue 28).
 
 Systems, all under the same budget (cl100k, the chat-format overhead per message, room left for the question):
 - window  the newest whole messages that fit;
@@ -45,13 +48,15 @@ from pathlib import Path
 from typing import Any
 
 from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
-from bench import locomo, zh_daily
+from bench import joined, locomo, zh_daily
 from bench.baselines import BM25Baseline, Context, Turn, _context, _pack, window_context
 from bench.progress import progress
 from bench.scoring import Outcome, fold
 from bench.vector_cache import cached_name
 
-SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily")
+SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily", "zh-chain", "zh-ramble", "en-chain", "en-ramble")
+JOINED = {"zh-chain": ("zh", "chain"), "zh-ramble": ("zh", "ramble"), "en-chain": ("en", "chain"),
+          "en-ramble": ("en", "ramble")}
 SYSTEMS = ("window", "bm25", "dense", "ours")
 SPLITS = ("dev", "test", "all")
 REPO = Path(__file__).resolve().parents[1]
@@ -174,6 +179,22 @@ def zh_daily_cases(conversations: int, only: str | None = None) -> list[Case]:
         lines = [locomo.Line(m.id, "user", "user", m.text, 1, m.date) for m in conversation.messages]
         queries = [Query(q.text, q.category, q.evidence, q.answer, conversation.split) for q in conversation.questions]
         cases.append(Case("zh-daily", conversation.id, [[line] for line in lines], queries))
+    return cases
+
+
+def joined_cases(suite: str, conversations: int, only: str | None = None) -> list[Case]:
+    """Return the chained or rambling suite's generated conversations (bench/joined.py), half from dev seeds,
+    half from test seeds (`only`: that split's half alone)."""
+    language, shape = JOINED[suite]
+    dev, test = (conversations + 1) // 2, conversations // 2
+    chosen = (joined.seeds("dev", dev) if only != "test" else []) + (joined.seeds("test", test) if only != "dev"
+                                                                       else [])
+    cases = []
+    for seed in chosen:
+        conversation = joined.generate(seed, language, shape)
+        lines = [locomo.Line(m.id, "user", "user", m.text, 1, m.date) for m in conversation.messages]
+        queries = [Query(q.text, q.category, q.evidence, q.answer, conversation.split) for q in conversation.questions]
+        cases.append(Case(suite, conversation.id, [[line] for line in lines], queries))
     return cases
 
 
@@ -408,7 +429,8 @@ def _pct(value: float | None) -> str:
 # --- command -----------------------------------------------------------------------------------------------
 
 
-def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path, split: str = "all") -> list[Case]:
+def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path, split: str = "all",
+                joined_conversations: int = 20) -> list[Case]:
     """Return the cases of the chosen suites: all of them, or a few of each with --quick; with split dev or
     test, only that split's questions (and only the cases that have some)."""
     cases: list[Case] = []
@@ -422,6 +444,9 @@ def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path
     if "zh-daily" in suites:
         count = 2 if quick else conversations
         cases += zh_daily_cases(count, only=None if split == "all" else split)
+    for suite in JOINED:
+        if suite in suites:
+            cases += joined_cases(suite, 2 if quick else joined_conversations, only=None if split == "all" else split)
     if split != "all":
         cases = [replace(c, queries=[q for q in c.queries if q.split == split]) for c in cases]
     return [c for c in cases if c.queries]
@@ -431,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: a few conversations of every suite")
     parser.add_argument("--conversations", type=int, default=30, help="zh-daily conversations (half dev, half test)")
+    parser.add_argument("--joined-conversations", type=int, default=20,
+                        help="conversations of each chained / rambling suite (half dev, half test)")
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--budgets", default="1000,2000,4000")
     parser.add_argument("--ours-embedder", default="use", help="ACN_EMBEDDER of ours (none = BM25 only)")
@@ -451,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown suites {sorted(unknown)}; known: {', '.join(SUITES)}")
     budgets = [int(b) for b in args.budgets.split(",")]
-    cases = build_cases(suites, args.quick, args.conversations, args.data or data_folder(), args.split)
+    cases = build_cases(suites, args.quick, args.conversations, args.data or data_folder(), args.split,
+                        args.joined_conversations)
     with tempfile.TemporaryDirectory(prefix="recall-bench-") as scratch:
         records, ingest = run(cases, budgets, args.ours_embedder, args.dense_embedder, Path(scratch), args.workers,
                               args.vector_cache)
