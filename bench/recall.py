@@ -248,12 +248,16 @@ class Job:
     dense_embedder: str
     folder: Path
     vector_cache: Path | None = None
+    ablate: tuple[str, ...] = ()
 
 
 def evaluate(job: Job) -> tuple[list[Record], float, float]:
     """Ask every question of one case at every budget of every system; return the records, the ingest seconds
     (record_turn calls) and the seconds the background backlog took to embed what was left after them."""
     case, tokenizer = job.case, load_tokenizer()
+    from acn.assembly import hops
+
+    hops.FOCUS, hops.SECOND_HOP = "focus" not in job.ablate, "hop" not in job.ablate  # per process (spawned)
     raw = case.raw()
     texts = {turn.id: turn.text for turn in raw} | {line.dia_id: line.content for line in case.lines}
     dense_model = embedder(cached_name(job.dense_embedder, job.vector_cache))
@@ -310,10 +314,11 @@ def evidence_score(query: Query, folded: dict[str, str], context: str,
 
 
 def run(cases: list[Case], budgets: list[int], ours_embedder: str, dense_embedder: str, folder: Path,
-        workers: int, vector_cache: Path | None = None) -> tuple[list[Record], dict[str, float]]:
+        workers: int, vector_cache: Path | None = None,
+        ablate: tuple[str, ...] = ()) -> tuple[list[Record], dict[str, float]]:
     """Evaluate every case (largest first, in `workers` spawned processes); return the records and the seconds
     per suite of ingest (key: suite) and of the backlog's embedding after it (key: "suite embed")."""
-    jobs = [Job(c, budgets, ours_embedder, dense_embedder, folder, vector_cache)
+    jobs = [Job(c, budgets, ours_embedder, dense_embedder, folder, vector_cache, ablate)
             for c in sorted(cases, key=lambda c: -len(c.lines) * max(1, len(c.queries)))]
     records: list[Record] = []
     ingest: dict[str, float] = {}
@@ -459,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--joined-conversations", type=int, default=20,
                         help="conversations of each chained / rambling suite (half dev, half test)")
     parser.add_argument("--suites", default=",".join(SUITES))
+    parser.add_argument("--ablate", default="", help="ours without these steps of acn/assembly/hops.py: focus, hop")
     parser.add_argument("--budgets", default="1000,2000,4000")
     parser.add_argument("--ours-embedder", default="use", help="ACN_EMBEDDER of ours (none = BM25 only)")
     parser.add_argument("--dense-embedder", default="use", help="registered embedder name of the dense baseline")
@@ -482,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.joined_conversations)
     with tempfile.TemporaryDirectory(prefix="recall-bench-") as scratch:
         records, ingest = run(cases, budgets, args.ours_embedder, args.dense_embedder, Path(scratch), args.workers,
-                              args.vector_cache)
+                              args.vector_cache, tuple(a for a in args.ablate.split(",") if a))
     command = "python -m bench.recall" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
     text = report(records, budgets, ingest, command.strip(), args.ours_embedder, args.dense_embedder,
                   time.perf_counter() - started)
