@@ -13,6 +13,9 @@ Suites, each split by a fixed rule (tune on dev only; a change that helps dev an
              dev, odd test (en dialogues carry no id: their line number, the same order as zh; en memories carry
              no user: the zh memory of the same id gives it).
 - zh-daily   bench/zh_daily.py, generated: even seeds dev, odd seeds test (`--conversations N`, half each).
+- zh-chain, en-chain    bench/joined.py, generated (even seeds dev, odd test; `--joined-conversations N`): an
+- zh-ramble, en-ramble  entity named by one attribute and asked about another (two messages that share only the
+                        entity), or a question after chit-chat and self-corrections (issue 28).
 
 Systems, all under the same budget (cl100k, the chat-format overhead per message, room left for the question):
 - window  the newest whole messages that fit;
@@ -45,13 +48,15 @@ from pathlib import Path
 from typing import Any
 
 from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
-from bench import locomo, zh_daily
+from bench import joined, locomo, zh_daily
 from bench.baselines import BM25Baseline, Context, Turn, _context, _pack, window_context
 from bench.progress import progress
 from bench.scoring import Outcome, fold
 from bench.vector_cache import cached_name
 
-SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily")
+SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily", "zh-chain", "zh-ramble", "en-chain", "en-ramble")
+JOINED = {"zh-chain": ("zh", "chain"), "zh-ramble": ("zh", "ramble"), "en-chain": ("en", "chain"),
+          "en-ramble": ("en", "ramble")}
 SYSTEMS = ("window", "bm25", "dense", "ours")
 SPLITS = ("dev", "test", "all")
 REPO = Path(__file__).resolve().parents[1]
@@ -177,6 +182,22 @@ def zh_daily_cases(conversations: int, only: str | None = None) -> list[Case]:
     return cases
 
 
+def joined_cases(suite: str, conversations: int, only: str | None = None) -> list[Case]:
+    """Return the chained or rambling suite's generated conversations (bench/joined.py), half from dev seeds,
+    half from test seeds (`only`: that split's half alone)."""
+    language, shape = JOINED[suite]
+    dev, test = (conversations + 1) // 2, conversations // 2
+    chosen = (joined.seeds("dev", dev) if only != "test" else []) + (joined.seeds("test", test) if only != "dev"
+                                                                       else [])
+    cases = []
+    for seed in chosen:
+        conversation = joined.generate(seed, language, shape)
+        lines = [locomo.Line(m.id, "user", "user", m.text, 1, m.date) for m in conversation.messages]
+        queries = [Query(q.text, q.category, q.evidence, q.answer, conversation.split) for q in conversation.questions]
+        cases.append(Case(suite, conversation.id, [[line] for line in lines], queries))
+    return cases
+
+
 # --- systems -----------------------------------------------------------------------------------------------
 
 _EMBEDDERS: dict[str, Any] = {}
@@ -227,12 +248,16 @@ class Job:
     dense_embedder: str
     folder: Path
     vector_cache: Path | None = None
+    ablate: tuple[str, ...] = ()
 
 
 def evaluate(job: Job) -> tuple[list[Record], float, float]:
     """Ask every question of one case at every budget of every system; return the records, the ingest seconds
     (record_turn calls) and the seconds the background backlog took to embed what was left after them."""
     case, tokenizer = job.case, load_tokenizer()
+    from acn.assembly import hops
+
+    hops.FOCUS, hops.SECOND_HOP = "focus" not in job.ablate, "hop" not in job.ablate  # per process (spawned)
     raw = case.raw()
     texts = {turn.id: turn.text for turn in raw} | {line.dia_id: line.content for line in case.lines}
     dense_model = embedder(cached_name(job.dense_embedder, job.vector_cache))
@@ -289,10 +314,11 @@ def evidence_score(query: Query, folded: dict[str, str], context: str,
 
 
 def run(cases: list[Case], budgets: list[int], ours_embedder: str, dense_embedder: str, folder: Path,
-        workers: int, vector_cache: Path | None = None) -> tuple[list[Record], dict[str, float]]:
+        workers: int, vector_cache: Path | None = None,
+        ablate: tuple[str, ...] = ()) -> tuple[list[Record], dict[str, float]]:
     """Evaluate every case (largest first, in `workers` spawned processes); return the records and the seconds
     per suite of ingest (key: suite) and of the backlog's embedding after it (key: "suite embed")."""
-    jobs = [Job(c, budgets, ours_embedder, dense_embedder, folder, vector_cache)
+    jobs = [Job(c, budgets, ours_embedder, dense_embedder, folder, vector_cache, ablate)
             for c in sorted(cases, key=lambda c: -len(c.lines) * max(1, len(c.queries)))]
     records: list[Record] = []
     ingest: dict[str, float] = {}
@@ -408,7 +434,8 @@ def _pct(value: float | None) -> str:
 # --- command -----------------------------------------------------------------------------------------------
 
 
-def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path, split: str = "all") -> list[Case]:
+def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path, split: str = "all",
+                joined_conversations: int = 20) -> list[Case]:
     """Return the cases of the chosen suites: all of them, or a few of each with --quick; with split dev or
     test, only that split's questions (and only the cases that have some)."""
     cases: list[Case] = []
@@ -422,6 +449,9 @@ def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path
     if "zh-daily" in suites:
         count = 2 if quick else conversations
         cases += zh_daily_cases(count, only=None if split == "all" else split)
+    for suite in JOINED:
+        if suite in suites:
+            cases += joined_cases(suite, 2 if quick else joined_conversations, only=None if split == "all" else split)
     if split != "all":
         cases = [replace(c, queries=[q for q in c.queries if q.split == split]) for c in cases]
     return [c for c in cases if c.queries]
@@ -431,7 +461,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: a few conversations of every suite")
     parser.add_argument("--conversations", type=int, default=30, help="zh-daily conversations (half dev, half test)")
+    parser.add_argument("--joined-conversations", type=int, default=20,
+                        help="conversations of each chained / rambling suite (half dev, half test)")
     parser.add_argument("--suites", default=",".join(SUITES))
+    parser.add_argument("--ablate", default="", help="ours without these steps of acn/assembly/hops.py: focus, hop")
     parser.add_argument("--budgets", default="1000,2000,4000")
     parser.add_argument("--ours-embedder", default="use", help="ACN_EMBEDDER of ours (none = BM25 only)")
     parser.add_argument("--dense-embedder", default="use", help="registered embedder name of the dense baseline")
@@ -451,10 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown suites {sorted(unknown)}; known: {', '.join(SUITES)}")
     budgets = [int(b) for b in args.budgets.split(",")]
-    cases = build_cases(suites, args.quick, args.conversations, args.data or data_folder(), args.split)
+    cases = build_cases(suites, args.quick, args.conversations, args.data or data_folder(), args.split,
+                        args.joined_conversations)
     with tempfile.TemporaryDirectory(prefix="recall-bench-") as scratch:
         records, ingest = run(cases, budgets, args.ours_embedder, args.dense_embedder, Path(scratch), args.workers,
-                              args.vector_cache)
+                              args.vector_cache, tuple(a for a in args.ablate.split(",") if a))
     command = "python -m bench.recall" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
     text = report(records, budgets, ingest, command.strip(), args.ours_embedder, args.dense_embedder,
                   time.perf_counter() - started)
