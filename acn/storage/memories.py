@@ -198,9 +198,9 @@ class MemoryRepository(MemoryQueries):
         a second at 10k rows).
         """
         high = self.heads.session_high(tenant, namespace)  # by primary key (None: heads still being built)
-        if high is not None:
-            return high
         wall = int(time.time() * 1000)
+        if high is not None and high <= stamp_bounds(wall)[1]:  # a mark an older process left out of range: scan
+            return high
         # A stamp beyond the stored-row bound (acn/common/stored.py) is not a clock: following it, the next stamp
         # overflowed the store's int64 and every later write of the session failed. Such a row is skipped.
         ahead = session_filter(tenant, namespace).and_(Filter(

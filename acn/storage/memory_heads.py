@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from acn.common.models import Memory, Namespace
+from acn.common.stored import stamp_bounds
 from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
 from acn.storage.memory_rows import stored_id
 
@@ -82,11 +83,17 @@ def _group_keys(tenant: str, namespace: Namespace) -> list[HeadKey]:
 def heads_of(tenant: str, rows: Iterable[Memory | Record]) -> dict[HeadKey, int]:
     """Return the heads a batch of memories needs, each with the newest stamp it carries."""
     needed: dict[HeadKey, int] = {}
+    ceiling = stamp_bounds()[1]
     for row in rows:
         agent, session, scope, stamp = (
             (row.agent_id, row.session_id, str(row.scope), max(row.updated_at, row.created_at))
             if isinstance(row, Memory) else
             (str(row["agent_id"]), str(row["session_id"]), str(row["scope"]), int(row.get("updated_at") or 0)))
+        if stamp > ceiling:
+            # A stamp beyond the stored-row bound (acn/common/stored.py) is no clock: a session's clock following
+            # it overflowed int64 at its next write. The row still gets its heads (it is read, and reported as
+            # dropped there); its stamp does not move them.
+            stamp = 0
         for key in _row_keys(tenant, agent, session, scope):
             needed[key] = max(needed.get(key, 0), stamp)
     return needed
