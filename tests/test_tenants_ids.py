@@ -195,6 +195,17 @@ def test_archive_rows_of_a_request_killed_before_its_commit_are_swept(tmp_path: 
     again = create_app(make_settings(tmp_path))
     try:
         client = again.test_client()
+        # Before the session's next turn sweeps them, the rows are there but no reader serves them: not retrieve,
+        # not focused assemble (its hits and the messages around them).
+        killed_rows = client.get("/v1/memories", query_string={**NS, "kinds": "turn"}).get_json()["memories"]
+        assert [m["content"] for m in killed_rows if m["turn_range"][0] == 2] == ["never acknowledged zebra"]
+        found = post(client, "memory_retrieve", {**NS, "query": "zebra", "kinds": ["turn"]}).get_json()["memories"]
+        assert [m["content"] for m in found] == []
+        context = post(client, "assemble", {**NS, "user_input": "zebra? first turn", "mode": "focused",
+                                             "max_tokens": 2000}).get_json()
+        contents = [str(message["content"]) for message in context["messages"]]
+        assert any("first turn" in content for content in contents)
+        assert not any("never acknowledged" in content for content in contents)
         recorded = post(client, "record_turn", {**NS, "messages": [{"role": "user", "content": "second turn"}]})
         assert recorded.get_json()["turn"] == 2
         archive = client.get("/v1/memories", query_string={**NS, "kinds": "turn"}).get_json()["memories"]

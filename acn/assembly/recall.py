@@ -22,7 +22,7 @@ from acn.assembly.hops import gathered
 from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
 from acn.common.stored import memory_problem
 from acn.retrieval.intent import wants_many
-from acn.retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, rank, retrieval_query
+from acn.retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, committed, rank, retrieval_query
 from acn.services.deps import Deps
 from acn.text.byte_cache import TEXT_CACHE, text_bytes
 from acn.text.dates import normalise_date
@@ -224,7 +224,8 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps,
     wanted = sorted({h.memory.turn_range[0] + step for h in best if h.memory.turn_range  # turns around each hit
                      for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)})
     memories = deps.memories
-    around = sorted(readable(memories.archived_messages(deps.tenant, namespace, wanted)), key=message_order)
+    around = sorted(committed(readable(memories.archived_messages(deps.tenant, namespace, wanted)),
+                              lambda m: m, deps), key=message_order)
     position = {m.id: i for i, m in enumerate(around)}
     found = {h.memory.id: h for h in hits}
     speakers = [speaker_key(m) for m in around]

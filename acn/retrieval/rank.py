@@ -6,8 +6,9 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import numpy as np
 from pydantic import BeforeValidator, Field
@@ -22,6 +23,7 @@ from acn.text.query import speaker_names
 from acn.text.terms import content_term_set, content_terms, expand_query
 from acn.text.tokens import Tokenizer
 
+T = TypeVar("T")
 log = logging.getLogger("acn.retrieve")
 
 # Relevance dominates; importance × recency breaks ties between similarly relevant memories.
@@ -139,11 +141,31 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
             kinds=request.kinds, limit=pool, distinct=distinct, text_query=expand_query(lexical_query(request.query)))
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
+    candidates = committed(candidates, lambda c: c.memory, deps)
     half_life = request.half_life_hours or deps.settings.recency_half_life_hours
     scored = score_all(candidates, half_life, time.time() * 1000, request.query, dense_weight=dense_weight)
     kept = [m for m in scored if m.score >= request.min_score]
     ordered = sorted(kept, key=lambda r: (r.score, r.memory.updated_at), reverse=True)
     return reranked(request.query, ordered, deps) if not request.key else ordered
+
+
+def committed(items: list[T], memory_of: Callable[[T], Memory], deps: Deps) -> list[T]:
+    """Return the items whose memory is not an archived message of a turn its session has not committed.
+
+    record_turn archives a turn's messages before it commits the turn: until then (or, for a request killed in
+    between, until the session's next turn sweeps them) those rows are not part of the conversation.
+    """
+    sessions = {(m.agent_id, m.session_id) for m in map(memory_of, items) if m.kind == "turn" and m.session_id}
+    marks = deps.sessions.archiving_marks(deps.tenant, sessions) if sessions else {}
+    if not marks:
+        return items
+    return [item for item in items if not _uncommitted(memory_of(item), marks)]
+
+
+def _uncommitted(memory: Memory, marks: dict[tuple[str, str], int]) -> bool:
+    last = marks.get((memory.agent_id, memory.session_id or ""))
+    return (last is not None and memory.kind == "turn" and bool(memory.turn_range)
+            and (memory.turn_range or [0])[0] > last)
 
 
 def reranked(query: str, ordered: list[Ranked], deps: Deps) -> list[Ranked]:

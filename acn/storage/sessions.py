@@ -9,7 +9,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -233,6 +233,28 @@ class SessionRepository:
         if not left and self._exclusive:
             self._clear.add(key)
         return left
+
+    def archiving_marks(self, tenant: str, sessions: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Return, for each (agent_id, session_id) archiving a turn it has not committed, the last committed turn.
+
+        Archive rows above that turn were written by a request still running or killed before its commit: readers
+        leave them out until the commit (or the session's next turn sweeps them). One primary-key read; sessions
+        this process knows to be clear (Lite, the only writer) are not read. Not under the session lock, so
+        nothing is added to that knowledge here.
+        """
+        keys = {_session_key(tenant, Namespace(agent_id=agent, session_id=session)): (agent, session)
+                for agent, session in sessions}
+        wanted = sorted(f"{key}:archiving" for key in keys if key not in self._clear)
+        if not wanted:
+            return {}
+        rows = self.store.query(self.spec.name, Filter("id in {aids}", {"aids": wanted}),
+                                fields=["id", "row", "tenant", "info"], limit=len(wanted))
+        marks: dict[tuple[str, str], int] = {}
+        for row in rows:
+            pair = keys.get(str(row["id"]).removesuffix(":archiving"))
+            if pair is not None and row["row"] == ARCHIVING and row["tenant"] == tenant:
+                marks[pair] = int((row.get("info") or {}).get("turn") or 0)
+        return marks
 
     def begin_archive(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
         """Mark the session as archiving a turn after `state` (cleared by the commit). Call under locked()."""
