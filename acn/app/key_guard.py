@@ -156,8 +156,8 @@ class RedisCounts:
     def close(self) -> None:
         try:
             self._redis.close()
-        except self._errors:
-            pass
+        except self._errors:  # at shutdown a Redis that is already gone has nothing left to close
+            return
 
 
 class KeyGuard:
