@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     metrics: Metrics = app.extensions["acn_metrics"]
     guard = open_key_guard(settings.redis_url, prefix=settings.collection_prefix, observe=metrics.observe_auth)
     app.extensions["acn_key_guard"] = guard
+    runtime.closers.append(guard.close)
     app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys, guard)
     policy = build_policy(settings.allowed_hosts, settings.cors_origins, settings.host, bool(keys), FORM_PREFIXES)
     app.extensions["acn_guard"] = policy

@@ -167,6 +167,11 @@ class KeyGuard:
         self.counts = counts
         self.observe = observe or (lambda _event, _where: None)
 
+    def close(self) -> None:
+        """Close the Redis connection the counts hold, if any (the app's runtime calls this as it closes)."""
+        if isinstance(self.counts, RedisCounts):
+            self.counts.close()
+
     def authenticate(self, authorization: str | None, keys: dict[str, str], address: str, where: str) -> str:
         """Return the tenant of the header's key; 401 for a wrong one, 429 while the address must wait."""
         if not keys:

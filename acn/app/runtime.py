@@ -6,6 +6,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -103,6 +104,8 @@ class Runtime:
     compaction_slots: WorkSlots | None = None
     backlog: EmbeddingBacklog | None = None
     reranker: Reranker | None = None
+    # What the app opened beside the runtime (the key guard's Redis connection): closed with it, after the store.
+    closers: list[Callable[[], None]] = field(default_factory=list)
     _closed: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -199,3 +202,5 @@ class Runtime:
         self.store.close()
         if self.sessions.coordinator is not None:
             self.sessions.coordinator.close()
+        for close in self.closers:
+            close()
