@@ -169,7 +169,7 @@ def serving_daemon() -> Iterator[Daemon]:
             self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
+            """Keep the stub's access log out of the test output."""
 
     with serve_loopback(Handler) as url:
         state.url = url

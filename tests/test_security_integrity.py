@@ -295,3 +295,45 @@ def test_a_request_cannot_name_an_embedder_model_folder_or_url(app: Flask, clien
     assert (after.memories.embedder, after.reranker, after.settings.cache_dir) == before
     listed = post(client, "memory_retrieve", {**ns, "query": "门牌号 A-1207"})
     assert listed.status_code == 200 and listed.get_json()["memories"] == []
+
+
+_CONTEXT = {"app_id": "app-1", "subject_kind": "user", "subject_id": "u-1"}
+_DIFY_BODIES: dict[str, dict[str, Any]] = {
+    "memory_prepare": {"memory_context": _CONTEXT, "request": {"query": "门牌号", "max_bytes": 512}},
+    "memory_observe": {"memory_context": _CONTEXT,
+                       "request": {"event_id": "e-1", "event": "user_prompt", "sequence": 0,
+                                   "payload": {"text": "门牌号 A-1207"}, "metadata": {"run_id": "r-1"},
+                                   "max_bytes": 8192}},
+}
+
+
+@pytest.mark.parametrize("field", sorted(_HOSTILE))
+def test_the_caller_engine_names_no_endpoint(app: Flask, client: FlaskClient, ns: dict[str, str], field: str) -> None:
+    """Compaction answered by the caller's own model takes replies, never a URL, folder or embedder: a body that
+    names one is refused (422 naming it) and the server's providers are unchanged."""
+    runtime = app.extensions["acn"]
+    before = (runtime.deps(TENANT).memories.embedder, runtime.deps(TENANT).reranker)
+    body = {**ns, "engine": "caller", "messages": [{"role": "user", "content": "门牌号 A-1207"}]}
+    refused = assert_error(post(client, "compact", {**body, field: _HOSTILE[field]}), 422)
+    assert field in str(refused["errors"])
+    assert (runtime.deps(TENANT).memories.embedder, runtime.deps(TENANT).reranker) == before
+    assert post(client, "compact", body).status_code == 200  # refused for that field alone
+
+
+@pytest.mark.parametrize("node", sorted(_DIFY_BODIES))
+@pytest.mark.parametrize("field", sorted(_HOSTILE))
+def test_dify_external_memory_calls_ignore_whatever_endpoint_they_name(app: Flask, client: FlaskClient,
+                                                                       node: str, field: str) -> None:
+    """Dify's external-memory contract may grow fields, so the pair ignores unknown ones instead of refusing the
+    call (Dify would lose the run's memory): a URL, folder or embedder named at the top level or inside `request`
+    changes nothing the server uses, and the answer is the one the plain body gets."""
+    runtime = app.extensions["acn"]
+    before = (runtime.deps(TENANT).memories.embedder, runtime.deps(TENANT).reranker,
+              runtime.deps(TENANT).settings.cache_dir)
+    base = _DIFY_BODIES[node]
+    for body in ({**base, field: _HOSTILE[field]}, {**base, "request": {**base["request"], field: _HOSTILE[field]}}):
+        answer = post(client, node, body)
+        assert answer.status_code == 200
+        assert answer.get_json()["status"] in {"ready", "empty", "accepted"}
+    assert (runtime.deps(TENANT).memories.embedder, runtime.deps(TENANT).reranker,
+            runtime.deps(TENANT).settings.cache_dir) == before

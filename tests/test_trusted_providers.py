@@ -156,7 +156,7 @@ def test_an_embedder_that_drips_its_headers_is_left_at_the_deadline(tmp_path: Pa
                 pass
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
+            """Keep the stub's access log out of the test output."""
 
     with serve_loopback(Handler, on_stop=stop.set) as url:
         with embedder_app(tmp_path, StandIn(url=url)) as app:

@@ -4,4 +4,4 @@ from dify_plugin.interfaces.agent import AgentProvider
 
 
 class AgentThatRemembersProvider(AgentProvider):
-    pass
+    """Nothing to validate: the SDK finds the strategy through the provider yaml (as cot_agent's provider does)."""
