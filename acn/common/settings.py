@@ -247,7 +247,7 @@ class Settings(StrictModel):
         default="learned",
         description="How focused `assemble` orders its recall candidates. `learned`: the small tree model shipped "
                     "in the package (acn/retrieval/ranker_model.json, trained by `python -m bench.train_ranker` on "
-                    "the dev halves of bench.recall; see docs/ranker.md) reorders the candidates that pass the "
+                    "the dev halves of bench.recall; see [ranker.md](ranker.md)) reorders the candidates that pass the "
                     "score floor; where it has no model (BM25 only), or its file is missing or invalid, the "
                     "hand-tuned fusion order stays. `off`: always the hand-tuned order.",
     )
