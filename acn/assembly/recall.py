@@ -23,6 +23,7 @@ from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, 
 from acn.common.stored import memory_problem
 from acn.retrieval.intent import wants_many
 from acn.retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, committed, rank, retrieval_query
+from acn.retrieval.ranker import reordered
 from acn.services.deps import Deps
 from acn.text.byte_cache import TEXT_CACHE, text_bytes
 from acn.text.dates import normalise_date
@@ -87,7 +88,11 @@ def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int
     if merged:  # a long tail of weak matches costs tokens and buries the answer
         cutoff = floor * merged[0].score
         merged = [r for r in merged if r.score >= cutoff]
-    return [r.memory for r in day_weighted(merged)]
+    weighted = day_weighted(merged)
+    # The learned ranker (docs/ranker.md) reorders what passed the floor; without its model, this order stays.
+    weighted = reordered(query, weighted, [message_day(c.memory) for c in weighted],
+                         enabled=deps.settings.ranker == "learned")
+    return [r.memory for r in weighted]
 
 
 def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,

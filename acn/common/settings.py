@@ -243,6 +243,14 @@ class Settings(StrictModel):
         description="How many of the best fused candidates ACN_RERANK_URL reorders (the rest keep their place "
                     "after them): each is a document the reranker reads, so the call's cost grows with it.",
     )
+    ranker: Literal["off", "learned"] = Field(
+        default="learned",
+        description="How focused `assemble` orders its recall candidates. `learned`: the small tree model shipped "
+                    "in the package (acn/retrieval/ranker_model.json, trained by `python -m bench.train_ranker` on "
+                    "the dev halves of bench.recall; see [ranker.md](ranker.md)) reorders the candidates that pass the "
+                    "score floor; where it has no model (BM25 only), or its file is missing or invalid, the "
+                    "hand-tuned fusion order stays. `off`: always the hand-tuned order.",
+    )
     provider_max_concurrent: int = Field(
         default=4, ge=1, le=64,
         description="Calls at once to each configured embeddings or rerank endpoint, on the endpoint's own "
