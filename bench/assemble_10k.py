@@ -7,7 +7,8 @@ agent's session, where focused assemble's BM25 and dense searches, neighbours an
 is seeded through the repository (synthetic zh/en memories of bench.perf, four in ten archived turns), the backlog
 drains, the app is closed and opened again (cold caches), a few warm-up calls, then `--calls` focused assembles at 1k
 and at 4k tokens (questions bench.perf's generator makes for memories of the namespace, each asked once) and 50
-record_turn calls of two messages in the same session. In process (Flask's test client), one call at a time.
+record_turn calls of two messages in the same session. Each ten seeded rows are two turns of the session (four
+archived messages) and six facts extracted from them. In process (Flask's test client), one call at a time.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--out", default="")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of the 1k assembles")
     args = parser.parse_args()
     started, load = time.perf_counter(), os.getloadavg()[0]
     rng, now = random.Random(28), int(time.time() * 1000)
@@ -53,7 +55,12 @@ def main() -> None:
         for index in range(args.size):
             content, question = memory_text(rng)
             questions.append(question)
-            batch.append(seed_memory(NAMESPACE, SEED_KINDS[index % len(SEED_KINDS)], content, rng, now))
+            memory = seed_memory(NAMESPACE, SEED_KINDS[index % len(SEED_KINDS)], content, rng, now)
+            # A session's turns as a conversation has them: each ten rows are two turns (two archived messages
+            # each) and the six facts extracted from them. (bench.perf's random turn 1-200 is for rows spread over
+            # many sessions; in one session it would give every turn ~20 archived messages.)
+            turn = index // 5 + 1
+            batch.append(memory.model_copy(update={"turn_range": [turn, turn]}))
             if len(batch) == BATCH or index == args.size - 1:
                 runtime.memories.save(DEFAULT_TENANT, batch)
                 batch = []
@@ -69,15 +76,26 @@ def main() -> None:
         try:
             for question in asked[:5]:  # warm-up: the first search loads the session's rows
                 client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused", "user_input": question})
+            profiler = None
+            if args.profile:
+                import cProfile
+                profiler = cProfile.Profile()
             for number, question in enumerate(asked[5:]):
                 budget = 1000 if number % 2 == 0 else 4000
+                if profiler is not None and budget == 1000:
+                    profiler.enable()
                 began = time.perf_counter()
                 response = client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused",
                                                                     "user_input": question, "max_tokens": budget})
                 times[f"assemble {budget // 1000}k"].append((time.perf_counter() - began) * 1000)
+                if profiler is not None and budget == 1000:
+                    profiler.disable()
                 assert response.status_code == 200, response.get_data(as_text=True)
+            if profiler is not None:
+                import pstats
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
             for turn in range(50):
-                messages = [{"role": "user", "content": f"{asked[turn]} (turn {turn})"},
+                messages = [{"role": "user", "content": f"{questions[-1 - turn]} (turn {turn})"},
                             {"role": "assistant", "content": f"Noted: {questions[turn]}"}]
                 began = time.perf_counter()
                 response = client.post("/v1/nodes/record_turn", json={**NAMESPACE, "messages": messages})
