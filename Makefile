@@ -23,13 +23,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-# The embedder `make run` uses unless ACN_EMBEDDER says otherwise: USE, chosen by python -m bench.recall (with it
-# focused assemble is at or above BM25 over raw messages on every suite and budget; BM25 alone is not).
-RUN_EMBEDDER ?= use
-
+# The embedder is the settings' default (`use`, chosen by python -m bench.recall) unless ACN_EMBEDDER says otherwise:
+# `make run`, `python server.py`, gunicorn and the image all get the same one.
 run: $(VENV)/.runtime
 	@echo "Operator CLI: $(VENV)/bin/acn --help (or: make acn)"
-	ACN_EMBEDDER=$${ACN_EMBEDDER:-$(RUN_EMBEDDER)} $(PY) server.py
+	$(PY) server.py
 
 acn: $(VENV)/.runtime
 	@$(VENV)/bin/acn --help

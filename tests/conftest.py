@@ -62,8 +62,10 @@ def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen[by
 def make_settings(path: Path, **overrides: Any) -> Settings:
     """Return settings for a test app on a Lite file under path."""
     # The model cache stays under the test's folder, not in the user's ~/.cache.
+    # BM25 only unless a test asks for an embedder: the product's default (`use`) loads a model, which a test of
+    # anything else need not pay for, and its ranking is pinned by the tests that name it.
     values: dict[str, Any] = {"milvus_uri": str(path / "memory.db"), "log_level": "WARNING",
-                              "cache_dir": str(path / "cache")}
+                              "cache_dir": str(path / "cache"), "embedder": "none"}
     if ENGINE:
         values["local_index_rows"] = 0
     values.update(overrides)
@@ -174,6 +176,7 @@ def server_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACN_")}
     # The model cache stays out of the user's ~/.cache (one folder for the whole run: later starts reuse it).
     env["ACN_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"acn-test-model-cache-{os.getuid()}")
+    env["ACN_EMBEDDER"] = "none"  # as make_settings: BM25 only unless the test names an embedder
     env.update(extra)
     return env
 

@@ -20,6 +20,7 @@ from acn.providers.openai_chat import ChatClient
 from acn.providers.rerank import Reranker
 from acn.services.deps import Deps
 from acn.services.slots import WorkSlots
+from acn.storage.carry_over import carry_over
 from acn.storage.coordination import open_coordinator
 from acn.storage.crypto import SnapshotCipher
 from acn.storage.embedding_backlog import EmbeddingBacklog
@@ -148,8 +149,6 @@ class Runtime:
                                         embed_later=embed_later,
                                         inline_rows=inline_rows(settings, embedder))
             memories.open()
-            backlog = EmbeddingBacklog(memories, batch=settings.embedding_batch).start() \
-                if memories.embed_later else None
             sessions = SessionRepository(store, prefix=settings.collection_prefix,
                                          keep_versions=settings.session_versions_kept,
                                          cipher=SnapshotCipher(settings.encryption_key),
@@ -164,9 +163,14 @@ class Runtime:
             check_encryption(store, sessions.spec.name, marker_cipher,
                              sealed_memories=store.exists(memories.sealed_collection))
             memories.secret = store_secret(store, sessions.spec.name, marker_cipher)
+            # Memories written under another embedder (the default was `none` before it was `use`): copied into
+            # this collection before the backlog's first scan, which then fills their vectors.
+            carry_over(memories, sessions.spec.name)
             if read_fact(store, sessions.spec.name, "ids_scoped") is None:  # a store from before ids were scoped
                 memories.scope_legacy_ids()
                 write_fact(store, sessions.spec.name, "ids_scoped", "v1")
+            backlog = EmbeddingBacklog(memories, batch=settings.embedding_batch).start() \
+                if memories.embed_later else None
             if memories.warming is not None:
                 warming.append(memories.warming)
             _join(warming, WARM_WAIT_SECONDS)

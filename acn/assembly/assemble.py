@@ -15,7 +15,7 @@ from acn.assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios,
 from acn.assembly.current import current_memories, current_segments, stale_values
 from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept, text_layer_cost
 from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
-from acn.assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
+from acn.assembly.recall import focused_memories, message_order, readable, relative_floor, turn_pool, unreadable_reason
 from acn.assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
 from acn.common.conversation import SessionState
 from acn.common.errors import ValidationError
@@ -184,7 +184,8 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
     recent = turn_items(history)
     shown = {item.source["turn_range"][0] for item in surely_kept(recent, history_share, deps.tokenizer)
              if item.source}
-    found = [m for m in memory_candidates(request, deps, mode, history, shown)
+    spare: list[Memory] = []  # BM25 only: what may fill budget left over at the end (see fill_memories)
+    found = [m for m in memory_candidates(request, deps, mode, history, shown, spare)
              if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown)]
     found, unreadable = readable_candidates(found)
     served, stale_memories = current_memories(found, stale)
@@ -193,7 +194,22 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
     memory += note_items(request.knowledge or [], language, kind="knowledge")
     withheld = [Dropped(layer="memory", id=m.id, kind=m.kind, reason="states a value superseded later",
                         tokens=deps.tokenizer.count(m.content)) for m in stale_memories]
-    return {"memory": memory, "working": working, "history": recent}, unreadable + withheld
+    fill = fill_items(served, spare, stale, shown, language) if request.memories is None else []
+    return {"memory": memory, "working": working, "history": recent, "fill": fill}, unreadable + withheld
+
+
+def fill_items(served: list[Memory], spare: list[Memory], stale: set[str], shown: set[int],
+               language: str) -> list[Item]:
+    """Return the memory layer's fill: the spare candidates (see fill_memories) that are not served already."""
+    if not spare:
+        return []
+    known = {m.id for m in served}
+    extra = [m for m in spare if m.id not in known and not (m.kind == "turn" and m.turn_range
+                                                             and m.turn_range[0] in shown)]
+    extra, _ = readable_candidates(extra)
+    current, _ = current_memories(extra, stale)
+    # Rendered after the served ones, so a text they already show is not repeated (memory_items keeps one).
+    return [item for item in memory_items([*served, *current], language) if item.key not in known]
 
 
 def readable_candidates(found: list[Memory]) -> tuple[list[Memory], list[Dropped]]:
@@ -215,8 +231,9 @@ def readable_candidates(found: list[Memory]) -> tuple[list[Memory], list[Dropped
 
 
 def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: list[Message],
-                      shown: set[int]) -> list[Memory]:
-    """Return stored memories for the layer: standing state (snapshot), or retrieval for the input (focused)."""
+                      shown: set[int], spare: list[Memory] | None = None) -> list[Memory]:
+    """Return stored memories for the layer: standing state (snapshot), or retrieval for the input (focused);
+    `spare` receives, BM25 only, what may fill the budget left over at the end (fill_memories)."""
     if request.memories is not None or mode == "streaming":
         return []
     found: list[Memory] = []
@@ -229,9 +246,38 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
         standing = as_messages(standing_memories(request, deps, FOCUSED_KINDS), request, deps)
         found += within_share(standing, int(request.max_tokens * STANDING_SHARE), deps.tokenizer)
         pool = turn_pool(request.max_tokens) if request.archive_top_k is None else request.archive_top_k
+        lexical = deps.memories.embedder is None
+        below: list[Memory] | None = [] if lexical and spare is not None else None
         found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
-                                  history=history, shown_turns=shown, floor=relative_floor(request.max_tokens))
+                                  history=history, shown_turns=shown, floor=relative_floor(request.max_tokens),
+                                  spill=below)
+        if below is not None and spare is not None:
+            spare += fill_memories(request, deps, history, below, turn_pool(request.max_tokens))
     return list({m.id: m for m in found}.values())
+
+
+def fill_memories(request: AssembleRequest, deps: Deps, history: list[Message], below: list[Memory],
+                  count: int) -> list[Memory]:
+    """Return what fills a BM25-only focused context's leftover budget: the matches under the score floor (best
+    first), then the archived messages just older than the recent turns (newest first).
+
+    Without dense vectors the ranked hits are the lexical matches alone, and a context whose recent turns are few
+    (a session compacted into its archive) was left part empty: zh-daily dev at 1k / 2k / 4k used 873 / 1,879 /
+    3,509 tokens on average, while BM25 over raw messages fills its budget with further matches and then with
+    messages that match nothing. This fills only what is left after every layer is fitted (fit_layers), so it
+    never takes the place of a hit, a recent turn or the working state. Issue 28, dev splits of bench.recall, BM25
+    only: zh-daily 4k 90.2 -> 90.5, MADial zh 1k 57.4 -> 57.7, the other cells of those suites and MADial en
+    unchanged (zh-daily 1k stays 83.8 against BM25's 85.2: there every context was full already, and what it misses
+    is an order question, count and list questions whose items share a word or two with the question).
+    """
+    turns = [m.turn for m in history if m.turn is not None]
+    older: list[Memory] = []
+    if turns and count > 0:
+        first = min(turns)
+        wanted = list(range(max(0, first - count), first))
+        older = sorted(readable(deps.memories.archived_messages(deps.tenant, request, wanted)), key=message_order,
+                       reverse=True)
+    return [*below, *older]
 
 
 def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | None, top_k: int) -> list[Memory]:
@@ -259,6 +305,12 @@ def fit_layers(candidates: dict[str, list[Item]], available: int, budget: Budget
         spare = available - sum(f.tokens for f in fitted.values())
         if spare > 0 and fitted[layer].dropped:
             fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare, deps)
+    spare = available - sum(f.tokens for f in fitted.values())
+    if spare > 0 and candidates.get("fill"):  # BM25 only: the rest of the budget (see fill_memories)
+        memory = fitted["memory"]
+        refit = fit("memory", candidates["memory"] + candidates["fill"], memory.tokens + spare, deps)
+        kept = {item.key for item in refit.items}  # a fill item that did not fit was never asked for: not dropped
+        fitted["memory"] = Fitted(refit.items, [(i, t) for i, t in memory.dropped if i.key not in kept], refit.tokens)
     return fitted
 
 

@@ -75,11 +75,12 @@ log = logging.getLogger("acn.assembly")
 
 def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,
                      history: list[Message], shown_turns: set[int] | None = None,
-                     floor: float = RELATIVE_FLOOR) -> list[Memory]:
+                     floor: float = RELATIVE_FLOOR, spill: list[Memory] | None = None) -> list[Memory]:
     """Return memories and archived messages for the query, best first, none under `floor` × the best score.
 
     `history` is the recent conversation (its last user message resolves a bare back-reference);
-    `shown_turns` are the turns the history layer shows, whose messages are not served again.
+    `shown_turns` are the turns the history layer shows, whose messages are not served again; `spill`, when
+    given, receives the candidates under the floor, best first (assemble's fill, BM25 only).
     """
     merged = focused_candidates(namespace, query, deps, top_k=top_k, turn_pool=turn_pool, history=history,
                                 shown_turns=shown_turns)
@@ -87,6 +88,8 @@ def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int
         floor = 0.0
     if merged:  # a long tail of weak matches costs tokens and buries the answer
         cutoff = floor * merged[0].score
+        if spill is not None:
+            spill.extend(r.memory for r in merged if r.score < cutoff)
         merged = [r for r in merged if r.score >= cutoff]
     weighted = day_weighted(merged)
     # The learned ranker (docs/ranker.md) reorders what passed the floor; without its model, this order stays.

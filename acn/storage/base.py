@@ -116,6 +116,10 @@ class MemoryStore(ABC):
         """Return the fields of an existing collection (None: the store cannot tell)."""
         return None
 
+    def collection_names(self) -> list[str]:
+        """Return the names of the store's collections (empty: the store cannot tell)."""
+        return []
+
     @abstractmethod
     def search_text(
         self, collection: str, query: str, *, limit: int, where: Filter, fields: list[str]

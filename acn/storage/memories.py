@@ -71,6 +71,7 @@ class MemoryRepository(MemoryQueries):
         # calls: see providers.embedding_setup.inline_rows).
         self.inline_rows = inline_rows
         self.flagged = embedder is not None
+        self.created = False  # open(): this start created the collection (see acn/storage/carry_over.py)
         self.on_pending: Callable[[str, list[tuple[str, str]]], None] | None = None
         self.write_order = threading.RLock()
         self._prefix = prefix
@@ -110,6 +111,23 @@ class MemoryRepository(MemoryQueries):
             self.cache.member_ids = lambda key: self.heads.member_ids(key[0], Namespace(agent_id=key[1],
                                                                                         session_id=key[2]))
 
+    @property
+    def raw_store(self) -> MemoryStore:
+        """Return the store under the encryption wrapper (rows as stored)."""
+        return self._raw_store
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def query_range(self, store: MemoryStore, where: Filter, fields: list[str], collection: str) -> list[Record]:
+        """Return every row of a memories collection that matches (see query_all), read from `store`."""
+        return self._query_range(store, where, fields, "", None, collection)
+
+    def forget_cached(self) -> None:
+        """Drop what the read cache holds (rows were written behind its back: acn/storage/carry_over.py)."""
+        self._forget_all()
+
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).
         return self.store.query(self.spec.name, where, fields=fields, limit=limit)
@@ -130,6 +148,8 @@ class MemoryRepository(MemoryQueries):
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
         existed = self._raw_store.exists(self.spec.name)
+        # A new collection beside memories written under another embedder: see acn/storage/carry_over.py.
+        self.created = not existed
         self.store.ensure(self.spec)
         names = self.store.field_names(self.spec.name) if self.flagged else None
         if names is not None and EMBEDDED_FIELD not in names:
@@ -417,16 +437,17 @@ class MemoryRepository(MemoryQueries):
                                                                   fields, "", None)]
 
     def _query_range(self, store: MemoryStore, where: Filter, fields: list[str], low: str,
-                     high: str | None) -> list[Record]:
+                     high: str | None, collection: str | None = None) -> list[Record]:
+        name = collection or self.spec.name
         wanted = fields if "id" in fields else [*fields, "id"]
-        rows = store.query(self.spec.name, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
+        rows = store.query(name, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
         if len(rows) < QUERY_WINDOW:
             return rows
         step = QUERY_WINDOW // RANGE_CUTS
         starts = [low, *sorted(str(row["id"]) for row in rows)[step::step]]  # each range leaves out sampled ids
         stops: list[str | None] = [*starts[1:], high]
         return [row for start, stop in zip(starts, stops, strict=True)
-                for row in self._query_range(store, where, fields, start, stop)]
+                for row in self._query_range(store, where, fields, start, stop, name)]
 
     def scope_legacy_ids(self, batch: int = 500) -> int:
         """Give rows stored before ids were scoped by tenant their scoped primary key; return how many moved.

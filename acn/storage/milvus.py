@@ -241,6 +241,9 @@ class MilvusStore(MemoryStore):
     def exists(self, collection: str) -> bool:
         return bool(self._call(lambda c: c.has_collection(collection)))
 
+    def collection_names(self) -> list[str]:
+        return [str(name) for name in self._call(lambda c: c.list_collections())]
+
     def _probe_templates(self, collection: str) -> bool:
         """Return True when the server evaluates filter_params templates (Milvus >= 2.5; Lite 3 does not)."""
         try:

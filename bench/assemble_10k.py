@@ -1,0 +1,122 @@
+"""Focused assemble and record_turn latency with 10k memories in ONE namespace, per embedder (issue 28's cost target).
+
+Run: .venv/bin/python -m bench.assemble_10k [--embedder use] [--size 10000] [--calls 60] [--out FILE]
+
+bench.perf seeds 10k memories spread over many namespaces (60 in the one it searches); this one puts them all in one
+agent's session, where focused assemble's BM25 and dense searches, neighbours and second hop see every row: the store
+is seeded through the repository (synthetic zh/en memories of bench.perf, four in ten archived turns), the backlog
+drains, the app is closed and opened again (cold caches), a few warm-up calls, then `--calls` focused assembles at 1k
+and at 4k tokens (questions bench.perf's generator makes for memories of the namespace, each asked once) and 50
+record_turn calls of two messages in the same session. Each ten seeded rows are two turns of the session (four
+archived messages) and six facts extracted from them. In process (Flask's test client), one call at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.settings import Settings
+from acn.server import create_app
+from bench.perf import SEED_KINDS, memory_text, seed_memory
+
+NAMESPACE = {"agent_id": "big-agent", "session_id": "big-session"}
+BATCH = 500
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * (len(ordered) - 1) + 0.5))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--embedder", default="use")
+    parser.add_argument("--size", type=int, default=10_000)
+    parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of the 1k assembles")
+    args = parser.parse_args()
+    started, load = time.perf_counter(), os.getloadavg()[0]
+    rng, now = random.Random(28), int(time.time() * 1000)
+    questions: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="assemble-10k-") as folder:
+        settings = Settings(milvus_uri=str(Path(folder) / "memory.db"), embedder=args.embedder, log_level="WARNING",
+                            cache_dir=str(Path(folder) / "cache"))
+        app = create_app(settings)
+        runtime = app.extensions["acn"]
+        batch = []
+        for index in range(args.size):
+            content, question = memory_text(rng)
+            questions.append(question)
+            memory = seed_memory(NAMESPACE, SEED_KINDS[index % len(SEED_KINDS)], content, rng, now)
+            # A session's turns as a conversation has them: each ten rows are two turns (two archived messages
+            # each) and the six facts extracted from them. (bench.perf's random turn 1-200 is for rows spread over
+            # many sessions; in one session it would give every turn ~20 archived messages.)
+            turn = index // 5 + 1
+            batch.append(memory.model_copy(update={"turn_range": [turn, turn]}))
+            if len(batch) == BATCH or index == args.size - 1:
+                runtime.memories.save(DEFAULT_TENANT, batch)
+                batch = []
+        if runtime.backlog is not None:
+            runtime.backlog.drain(timeout=3600)
+        seeded = time.perf_counter() - started
+        runtime.close()
+        app = create_app(settings)  # cold caches, as after a restart
+        runtime = app.extensions["acn"]
+        client = app.test_client()
+        asked = random.Random(5).sample(questions, 2 * args.calls + 5)
+        times: dict[str, list[float]] = {"assemble 1k": [], "assemble 4k": [], "record_turn": []}
+        try:
+            for question in asked[:5]:  # warm-up: the first search loads the session's rows
+                client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused", "user_input": question})
+            profiler = None
+            if args.profile:
+                import cProfile
+                profiler = cProfile.Profile()
+            for number, question in enumerate(asked[5:]):
+                budget = 1000 if number % 2 == 0 else 4000
+                if profiler is not None and budget == 1000:
+                    profiler.enable()
+                began = time.perf_counter()
+                response = client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused",
+                                                                    "user_input": question, "max_tokens": budget})
+                times[f"assemble {budget // 1000}k"].append((time.perf_counter() - began) * 1000)
+                if profiler is not None and budget == 1000:
+                    profiler.disable()
+                assert response.status_code == 200, response.get_data(as_text=True)
+            if profiler is not None:
+                import pstats
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+            for turn in range(50):
+                messages = [{"role": "user", "content": f"{questions[-1 - turn]} (turn {turn})"},
+                            {"role": "assistant", "content": f"Noted: {questions[turn]}"}]
+                began = time.perf_counter()
+                response = client.post("/v1/nodes/record_turn", json={**NAMESPACE, "messages": messages})
+                times["record_turn"].append((time.perf_counter() - began) * 1000)
+                assert response.status_code == 200, response.get_data(as_text=True)
+        finally:
+            runtime.close()
+    lines = [f"# Focused assemble with {args.size:,} memories in one namespace, ACN_EMBEDDER={args.embedder} "
+             f"({time.strftime('%Y-%m-%d')}, `python -m bench.assemble_10k --embedder {args.embedder}`)", "",
+             f"In process, one call at a time, after a restart and 5 warm-up calls; seeding and embedding took "
+             f"{seeded:.0f} s. 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+             f"({os.cpu_count()} cores, shared).", "",
+             "| call | n | p50 ms | p95 ms | mean ms |", "|---|---|---|---|---|"]
+    for name, values in times.items():
+        lines.append(f"| {name} | {len(values)} | {percentile(values, 0.5):.1f} | {percentile(values, 0.95):.1f} | "
+                     f"{statistics.mean(values):.1f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""BM25-only focused assemble fills the budget its ranked hits leave (issue 28): the matches under the score floor,
+then the archived messages just older than the recent turns; what is fitted before it keeps its place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from acn.server import create_app
+from tests.conftest import make_settings, post
+
+NS = {"agent_id": "fill", "session_id": "notes", "user_id": "u1"}
+HIT = 3  # the one message that matches the question, far from the recent turns
+# Short turn notes that share no word with the question or with each other's subject.
+NOTES = ["今天去菜市场买了{n}斤橙子", "下午和同事讨论了第{n}版的海报", "晚上跑步{n}公里，有点累",
+         "周末整理书架，找到{n}本旧杂志", "给阳台的花浇水，第{n}盆开花了"]
+COMPACT = {"context_window": 512, "trigger_ratio": 0.5, "keep_recent": 4, "segment_size": 6}
+
+
+def record_notes(client: Any, count: int) -> None:
+    for n in range(count):
+        text = "物业把我的车位调到了B1-243" if n == HIT else NOTES[n % len(NOTES)].format(n=n + 2)
+        response = post(client, "record_turn", {**NS, "messages": [{"role": "user", "content": text}],
+                                                "compaction": COMPACT})
+        assert response.status_code == 200, response.get_data(as_text=True)
+
+
+def test_bm25_only_focused_assemble_fills_the_leftover_budget_with_older_messages(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path))  # embedder none
+    runtime = app.extensions["acn"]
+    try:
+        client = app.test_client()
+        record_notes(client, 40)
+        body = post(client, "assemble", {**NS, "mode": "focused", "user_input": "我的车位现在在哪？",
+                                         "max_tokens": 1000, "working_summary": ""}).get_json()
+        history = sorted(s["turn_range"][0] for s in body["sources"] if s["layer"] == "history")
+        memory = {s["turn_range"][0] for s in body["sources"] if s["layer"] == "memory" and s["kind"] == "turn"}
+        assert history and len(history) < 40 - HIT  # the recent turns are few: the rest is in the archive
+        assert "B1-243" in body["memory_text"]  # the hit is served first
+        # The message just older than the recent turns matches nothing, and fills part of the budget left over.
+        assert history[0] - 1 in memory
+        assert body["tokens"]["total"] <= 1000
+        assert not [d for d in body["dropped"] if d["layer"] == "memory"]  # unused fill is not "dropped"
+    finally:
+        runtime.close()
+
+
+def test_with_an_embedder_the_context_has_no_fill(tmp_path: Path) -> None:
+    # The hybrid ranking has its dense list for messages that share no word with the input: no fill there.
+    app = create_app(make_settings(tmp_path, embedder="hash"))
+    runtime = app.extensions["acn"]
+    try:
+        client = app.test_client()
+        record_notes(client, 40)
+        body = post(client, "assemble", {**NS, "mode": "focused", "user_input": "我的车位现在在哪？",
+                                         "max_tokens": 1000, "working_summary": ""}).get_json()
+        history = sorted(s["turn_range"][0] for s in body["sources"] if s["layer"] == "history")
+        memory = {s["turn_range"][0] for s in body["sources"] if s["layer"] == "memory" and s["kind"] == "turn"}
+        assert "B1-243" in body["memory_text"]
+        assert history and not any(history[0] - 6 <= turn < history[0] for turn in memory - {HIT, HIT + 1})
+    finally:
+        runtime.close()
