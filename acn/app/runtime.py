@@ -200,8 +200,6 @@ class Runtime:
         self._closed.set()
         if self.warmer is not None:  # the session in hand finishes first (bounded: then it fails on the closed store)
             self.warmer.stop()
-            if self.warmer.thread is not None:
-                self.warmer.thread.join(WARM_WAIT_SECONDS)
         if self.backlog is not None:  # before the store: a batch in hand finishes; the rest waits for the next start
             self.backlog.stop()
         if self.chat is not None:

@@ -37,6 +37,7 @@ from acn.storage.memories import SHARED_KEPT, MemoryRepository
 WARM_SESSIONS = min(CACHED_POOLS, CACHED_INDEXES, SHARED_KEPT)
 # A batch of the default scope and kind: what a session's first memory_write most often is.
 DEFAULT_BATCH = [MemoryItem(content="-")]
+STOP_WAIT = 10.0
 log = logging.getLogger("acn.store")
 
 
@@ -65,8 +66,10 @@ class Warmer:
         return self
 
     def stop(self) -> None:
-        """Stop after the session in hand (the store is closing)."""
+        """Stop after the session in hand (the store is closing): wait for it, STOP_WAIT seconds at most."""
         self._stop.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(STOP_WAIT)
 
     def pending(self) -> list[str]:
         """Return what start-up work still runs (for /readyz)."""
