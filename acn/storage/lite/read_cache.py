@@ -406,12 +406,12 @@ class ReadCache:
             # As any load (LoadOnce): writes landing meanwhile are replayed onto it, an invalidation (a delete, a
             # failed write) discards it.
             index = self._load_index(key)
+            while index is not None and index.index_pending(TOKENIZE_CHUNK):
+                pass  # before a waiting request has it: its first search must not tokenize the texts itself
         finally:
             with self._lock:
                 self._prewarming.pop(key, None)
             done.set()
-        while index is not None and index.index_pending(TOKENIZE_CHUNK):
-            pass  # its first search must not tokenize the session's texts itself
         return index
 
     def fits(self, rows: int) -> bool:
