@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
+from acn.assembly.warm import warm_reads
 from acn.common.settings import Settings
 from acn.memory.warmer import Warmer
 from acn.providers.embedders import Embedder
@@ -183,7 +184,9 @@ class Runtime:
                       compaction_slots=WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds),
                       backlog=backlog, reranker=reranker)
         budget = min(settings.warm_mb, settings.read_cache_mb if memories.cache is not None else settings.warm_mb)
-        runtime.warmer = Warmer(memories, budget_bytes=budget << 20).start(existed=memories.existed)
+        runtime.warmer = Warmer(memories, budget_bytes=budget << 20,
+                                reads=lambda tenant, namespace: warm_reads(memories, tenant, namespace),
+                                ).start(existed=memories.existed)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 

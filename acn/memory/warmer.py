@@ -9,10 +9,11 @@ and ~12 % building the dedup index; its first record_turn and assemble the same 
 
 What is warmed, most recently written sessions first (memory heads' high-water marks): on a Lite file the
 session's index (ReadCache.prewarm: by primary key only, tokenized) and the dedup pool a batch of the default
-scope asks for first (parked under the write counters, as a batch parks it); against a server the dedup pool
-only (kept as load_shared keeps it, brought up to date from the store by the next batch). At most WARM_SESSIONS
-sessions, LIMITED by `budget_bytes` (ACN_WARM_MB): a session not warmed works as before, its first call loading
-what it needs. /readyz answers 503 ("warming") until the pass is done.
+scope asks for first (parked under the write counters, as a batch parks it), and the filters an assemble tests
+are tested once (acn/assembly/warm.py); against a server the dedup pool only (kept as load_shared keeps it,
+brought up to date from the store by the next batch). At most WARM_SESSIONS sessions, within `budget_bytes`
+(ACN_WARM_MB): a session not warmed works as before, its first call loading what it needs. /readyz answers 503
+("warming") until the pass is done.
 
 Why it stays correct: nothing warmed is trusted blindly. A session index loads through the read cache's
 load-once protocol (writes landing meanwhile are replayed onto it, a delete discards it); a Lite pool is parked
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from acn.common.models import Namespace
 from acn.memory.items import MemoryItem
@@ -39,13 +41,18 @@ WARM_SESSIONS = min(CACHED_POOLS, CACHED_INDEXES, SHARED_KEPT)
 DEFAULT_BATCH = [MemoryItem(content="-")]
 STOP_WAIT = 10.0
 log = logging.getLogger("acn.store")
+Reads = Callable[[str, Namespace], None]  # (tenant, namespace): reads to make of a warmed session
 
 
 class Warmer:
     """The background pass that warms recently active sessions after a start; /readyz reports it."""
 
-    def __init__(self, memories: MemoryRepository, *, budget_bytes: int, sessions: int = WARM_SESSIONS) -> None:
+    def __init__(self, memories: MemoryRepository, *, budget_bytes: int, sessions: int = WARM_SESSIONS,
+                 reads: Reads | None = None) -> None:
         self.memories = memories
+        # Reads a node makes of a warmed session (acn/assembly/warm.py, wired by the runtime): made once, so that
+        # what the index keeps of them is there before the first call.
+        self.reads = reads
         self.budget_bytes = budget_bytes
         self.sessions = sessions
         self.done = threading.Event()
@@ -111,7 +118,8 @@ class Warmer:
             if listed is None or not cache.fits(len(listed)):
                 self.cold += 1  # larger than the in-process index holds: its first call goes to the store
                 return
-            cache.prewarm((tenant, namespace.agent_id, namespace.session_id))
+            if cache.prewarm((tenant, namespace.agent_id, namespace.session_id)) is not None and self.reads:
+                self.reads(tenant, namespace)
         pool = Pool.warm(self.memories, tenant, namespace, DEFAULT_BATCH)
         self.held_bytes += (cache.nbytes() - before) if cache is not None else pool.nbytes()
         self.warmed += 1
