@@ -27,8 +27,9 @@ def warm_reads(memories: MemoryRepository, tenant: str, namespace: Namespace) ->
     stale_values(memories, tenant, namespace)
     # As recall.ranked builds it (every kind: focused), and as a snapshot's retrieve does (kinds None: no turns);
     # the request's default scopes.
-    for kinds in (list(get_args(MemoryKind)), None):
+    every: list[MemoryKind] = list(get_args(MemoryKind))
+    for wanted in (every, None):
         request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
-                                        user_id=namespace.user_id, query=WARM_QUERY, kinds=kinds)
+                                        user_id=namespace.user_id, query=WARM_QUERY, kinds=wanted)
         memories.search_readable(tenant, request, WARM_QUERY, scopes=request.scopes,
                                  include_superseded=request.include_superseded, kinds=request.kinds, limit=1)
