@@ -162,7 +162,7 @@ def test_a_row_another_replica_writes_after_warming_is_seen(lite_server: str) ->
 
 
 @needs_index
-def test_a_warmed_sessions_first_assemble_tests_no_filter_the_warmer_did_not(tmp_path: Path) -> None:
+def test_a_warmed_sessions_first_assemble_and_record_turn_test_no_filter_the_warmer_did_not(tmp_path: Path) -> None:
     # A session index tests a filter over every row once, then keeps the answer (a 5k-row namespace's first
     # assemble spent ~90 % of its time there): the warmer makes assemble's own reads, so its first call adds none.
     mine = Namespace(agent_id="old-agent", session_id="old-chat")
@@ -176,6 +176,9 @@ def test_a_warmed_sessions_first_assemble_tests_no_filter_the_warmer_did_not(tmp
             response = post(app.test_client(), "assemble", {**mine.model_dump(exclude_none=True), "mode": mode,
                                                             "user_input": "订单ORD-000003退款多少"})
             assert response.status_code == 200, response.get_json()
+        response = post(app.test_client(), "record_turn", {**mine.model_dump(exclude_none=True), "messages": [
+            {"role": "user", "content": "订单ORD-000003退款多少"}, {"role": "assistant", "content": "退款3元"}]})
+        assert response.status_code == 200, response.get_json()
         assert set(index._masks) == tested
     finally:
         runtime.close()

@@ -1,4 +1,4 @@
-"""The reads an assemble makes of a session's memories, made once by the start-up warmer (acn/memory/warmer.py).
+"""The reads an assemble (and a record_turn) makes of a session's memories, made once by the start-up warmer (acn/memory/warmer.py).
 
 On a Lite file a session's in-process index answers each filter by testing every row once, then keeps the result
 (LocalIndex._mask, kept current by the writes): measured on a warmed 5k-row namespace, the first assemble spent
@@ -22,6 +22,9 @@ WARM_QUERY = "warm"  # any text: the search's filter, not its result, is what is
 def warm_reads(memories: MemoryRepository, tenant: str, namespace: Namespace) -> None:
     """Make the reads a focused assemble makes of the namespace (standing memories, stale values, the search's
     filter) so that their results are kept before its first call."""
+    # The session's archived messages by turn (record_turn's dedup of messages, neighbour expansion): a Lite file
+    # keeps them per session once read from its index.
+    memories.archived_messages(tenant, namespace, [0])
     for kinds in (FOCUSED_KINDS, STANDING_KINDS):  # a focused assemble's standing memories, a snapshot's
         memories.standing(tenant, namespace, kinds, limit=STANDING_LIMIT)
     stale_values(memories, tenant, namespace)
