@@ -1,4 +1,4 @@
-"""The reads an assemble (and a record_turn) makes of a session's memories, made once by the start-up warmer (acn/memory/warmer.py).
+"""The reads an assemble and a record_turn make of a session, made once by the start-up warmer (memory/warmer.py).
 
 On a Lite file a session's in-process index answers each filter by testing every row once, then keeps the result
 (LocalIndex._mask, kept current by the writes): measured on a warmed 5k-row namespace, the first assemble spent
