@@ -255,8 +255,12 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         # Readiness, not liveness: 503 while start-up work that touches a whole store still runs in the background
         # (memory heads of rows written before they existed: acn/storage/memory_heads.py). Requests are answered
         # meanwhile, by the slower path; a load balancer may hold traffic back until this answers 200.
-        pending = runtime.memories.heads.pending()
+        # Then the start-up warmer (acn/memory/warmer.py): recently active sessions' indexes, built before their
+        # first call asks for them; its progress is reported as it goes.
+        warmer = runtime.warmer
+        pending = runtime.memories.heads.pending() + (warmer.pending() if warmer is not None else [])
         response = as_json({"ok": not pending, "ready": not pending, "pending": pending,
+                            "warming": warmer.progress() if warmer is not None else {},
                             "request_id": g.get("request_id", "")})
         response.status_code = 503 if pending else 200
         return response

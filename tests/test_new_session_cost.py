@@ -162,6 +162,7 @@ def test_rows_written_before_heads_existed_are_read_and_readyz_says_when_their_h
             status = client.get("/readyz").status_code
             assert status in (200, 503)
             runtime.memories.heads.building.join(60)
+        assert runtime.warmer is not None and runtime.warmer.done.wait(60)  # then recent sessions are warmed
         assert client.get("/readyz").status_code == 200 and client.get("/readyz").get_json()["ready"] is True
         assert runtime.memories.now_ms(DEFAULT_TENANT, old) == ahead + 1
         found = runtime.memories.find(DEFAULT_TENANT, scope_filter(old), limit=10, within=old)
@@ -208,6 +209,7 @@ def test_a_sessions_rows_after_a_restart_are_loaded_by_id_whatever_else_the_stor
     runtime = app.extensions["acn"]
     try:
         runtime.memories.warming.join()
+        assert runtime.warmer is not None and runtime.warmer.done.wait(60)  # its own reads are not the calls'
         counted = Counted(runtime.store)
         client = app.test_client()
         for node in FIRST_CALLS:
@@ -250,6 +252,7 @@ def test_member_pages_a_server_process_left_stale_are_rebuilt_before_they_are_tr
     try:
         assert runtime.memories.heads.building is not None  # the pages were not trusted as they stood
         runtime.memories.heads.building.join(60)
+        assert runtime.warmer is not None and runtime.warmer.done.wait(60)  # then recent sessions are warmed
         assert app.test_client().get("/readyz").get_json()["pending"] == []
         assert sorted(runtime.memories.heads.member_ids(DEFAULT_TENANT, mine) or []) == stored_ids(DEFAULT_TENANT, [first.id, second.id])
         found = runtime.memories.find(DEFAULT_TENANT, scope_filter(mine), limit=10, within=mine)

@@ -12,7 +12,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
+from acn.assembly.warm import warm_reads
 from acn.common.settings import Settings
+from acn.memory.warmer import Warmer
 from acn.providers.embedders import Embedder
 from acn.providers.embedding_setup import embedder_from_settings, embeds_in_background, inline_rows
 from acn.providers.llm_guard import LlmGate, parse_allow_list
@@ -107,6 +109,8 @@ class Runtime:
     reranker: Reranker | None = None
     # What the app opened beside the runtime (the key guard's Redis connection): closed with it, after the store.
     closers: list[Callable[[], None]] = field(default_factory=list)
+    # The start-up warmer of recently active sessions (acn/memory/warmer.py); /readyz reports it.
+    warmer: Warmer | None = None
     _closed: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -183,6 +187,10 @@ class Runtime:
                       chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent),
                       compaction_slots=WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds),
                       backlog=backlog, reranker=reranker)
+        budget = min(settings.warm_mb, settings.read_cache_mb if memories.cache is not None else settings.warm_mb)
+        runtime.warmer = Warmer(memories, budget_bytes=budget << 20,
+                                reads=lambda tenant, namespace: warm_reads(memories, tenant, namespace),
+                                ).start(existed=memories.existed)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
@@ -197,6 +205,8 @@ class Runtime:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self.warmer is not None:  # the session in hand finishes first (bounded: then it fails on the closed store)
+            self.warmer.stop()
         if self.backlog is not None:  # before the store: a batch in hand finishes; the rest waits for the next start
             self.backlog.stop()
         if self.chat is not None:

@@ -66,6 +66,15 @@ class Pool:
         return cls(memories, tenant, [known(row) for row in rows], namespace)
 
     @classmethod
+    def warm(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem]) -> Pool:
+        """Build (or bring up to date) and keep the pool a batch of these items' scopes would load first (the
+        start-up warmer, acn/memory/warmer.py): parked as after a batch, under the namespace lock a batch takes."""
+        with memories.namespace_lock(tenant, namespace):
+            pool = cls.load(memories, tenant, namespace, items)
+            pool.park()
+        return pool
+
+    @classmethod
     def load_shared(cls, memories: MemoryRepository, tenant: str, namespace: Namespace,
                     scopes: Sequence[str]) -> Pool:
         """Return the pool of a store other processes write too (a server): this process's last pool of the

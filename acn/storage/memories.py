@@ -98,6 +98,7 @@ class MemoryRepository(MemoryQueries):
         # no cache there.
         exclusive = not getattr(store, "is_server", True)
         self.warming: threading.Thread | None = None  # the start-up search (open); Runtime.open waits for it
+        self.existed = False  # open(): the memories collection was there already (rows may need warming)
         self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
                                max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
         # What a session needs of its own rows, by primary key: no read scans the collection for a new session.
@@ -147,7 +148,7 @@ class MemoryRepository(MemoryQueries):
         Memories written with the other key setting, or with another key, are refused: every read and write then
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
-        existed = self._raw_store.exists(self.spec.name)
+        existed = self.existed = self._raw_store.exists(self.spec.name)
         # A new collection beside memories written under another embedder: see acn/storage/carry_over.py.
         self.created = not existed
         self.store.ensure(self.spec)

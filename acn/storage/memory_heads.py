@@ -41,7 +41,7 @@ from typing import Any
 from acn.common.models import Memory, Namespace
 from acn.common.stored import stamp_bounds
 from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
-from acn.storage.memory_rows import stored_id
+from acn.storage.memory_rows import QUERY_WINDOW, stored_id
 
 HEAD_FIELDS = {"tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "kind": "varchar",
                "high_ms": "int64", "ids": "json"}
@@ -259,6 +259,24 @@ class MemoryHeads:
             key = ids.get(str(row["id"]))
             if key is not None and (row["kind"], row["tenant"], row["agent_id"], row["session_id"]) == key:
                 found[key] = int(row["high_ms"])
+        return found
+
+    def recent_sessions(self, limit: int) -> list[tuple[str, Namespace, int]]:
+        """Return up to `limit` sessions that hold rows, most recently written first: (tenant, namespace, high-water
+        mark). One read of the heads collection (a row per session, agent and tenant, and their member pages; not
+        the memories): for the start-up warmer (acn/memory/warmer.py), off the request path. The marks read are
+        remembered, as a lookup's would be."""
+        if not self.ready.is_set():
+            return []
+        rows = self.store.query(self.spec.name, Filter('kind == "session"'),
+                                fields=["tenant", "agent_id", "session_id", "high_ms"], limit=QUERY_WINDOW)
+        rows.sort(key=lambda row: int(row["high_ms"]), reverse=True)
+        found = [(str(row["tenant"]), Namespace(agent_id=str(row["agent_id"]), session_id=str(row["session_id"])),
+                  int(row["high_ms"])) for row in rows[:limit]]
+        with self._lock:
+            for tenant, namespace, high in reversed(found):
+                key = _session_key(tenant, namespace)
+                self._remember(key, max(high, self._known.get(key) or 0))
         return found
 
     def member_ids(self, tenant: str, namespace: Namespace) -> list[str] | None:

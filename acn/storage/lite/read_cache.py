@@ -64,6 +64,7 @@ SAMPLE_SHARE = 16
 LISTED_LOAD_ROWS = 20_000  # a session index loaded by id on the request's thread up to this many rows
 ID_LOOKUP = 500  # ids in one primary-key lookup (9 ms on Lite at 200k rows)
 CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
+PREWARM_WAIT = 30.0  # seconds a request waits at most for the start-up warmer's load of its session index
 CACHED_AGENT_COUNTERS = 65_536  # agents whose write counters are kept (see ReadCache.after_save)
 T = TypeVar("T")
 K = TypeVar("K")
@@ -124,6 +125,9 @@ class ReadCache:
         self._warm_wakeup = threading.Event()
         self._warm_idle = threading.Event()
         self._warmer: threading.Thread | None = None
+        # Session indexes the start-up warmer (acn/memory/warmer.py) is loading: a request for one waits for that
+        # load (bounded by PREWARM_WAIT) instead of answering from a scan of the store or loading it a second time.
+        self._prewarming: dict[GroupKey, threading.Event] = {}
         # Indexes with rows whose text a background thread tokenizes (LocalIndex.index_pending).
         self._untokenized: set[LocalIndex] = set()
         self._tokenize_wakeup = threading.Event()
@@ -354,6 +358,10 @@ class ReadCache:
         if not self._index_rows or (where is not None and not supported(where)):
             return None
         key = (tenant, namespace.agent_id, namespace.session_id)
+        with self._lock:
+            prewarming = self._prewarming.get(key)
+        if prewarming is not None:  # loaded by id by the start-up warmer: a short wait, no second load
+            prewarming.wait(PREWARM_WAIT)
         if wait:
             self.settle()  # a load already under way on the background thread finishes first
         with self._lock:
@@ -376,6 +384,48 @@ class ReadCache:
             return self._load_index(key)
         self._warm_later(key)
         return None
+
+    def prewarm(self, key: GroupKey) -> LocalIndex | None:
+        """Load a session's index now, on the caller's thread (the start-up warmer's), tokenized before it returns;
+        only one listed by id (member pages) or known empty: a session reached only by a scan is left cold. None
+        when it is not loaded (too large, not listed, or a delete raced the load)."""
+        if not self._index_rows or (not self.known_empty(key) and self._listed_ids(key) is None):
+            return None
+        done = threading.Event()
+        with self._lock:
+            if key in self._indexes:
+                return _recent(self._indexes, key)
+            under_way = self._prewarming.get(key)
+            if under_way is None:
+                self._prewarming[key] = done
+        if under_way is not None:  # another thread is loading it by id: its result, not a second load
+            under_way.wait(PREWARM_WAIT)
+            with self._lock:
+                return self._indexes.get(key)
+        try:
+            # As any load (LoadOnce): writes landing meanwhile are replayed onto it, an invalidation (a delete, a
+            # failed write) discards it.
+            index = self._load_index(key)
+            while index is not None and index.index_pending(TOKENIZE_CHUNK):
+                pass  # before a waiting request has it: its first search must not tokenize the texts itself
+        finally:
+            with self._lock:
+                self._prewarming.pop(key, None)
+            done.set()
+        return index
+
+    def fits(self, rows: int) -> bool:
+        """Return True when a session index of this many rows can be held beside those held now (none pushed out)."""
+        with self._lock:
+            held = sum(len(index) for index in self._indexes.values())
+            return rows <= min(self._index_rows, LISTED_LOAD_ROWS) and len(self._indexes) < CACHED_INDEXES \
+                and held + rows <= self._index_rows
+
+    def parked_current(self, tenant: str, agent_id: str, key: Hashable) -> bool:
+        """Return True when an object is parked under the key and nothing it depends on was written since."""
+        with self._lock:
+            parked = self._parked.get(key)
+            return parked is not None and parked[0] == self._stamp(tenant, agent_id)
 
     def _load_index(self, key: GroupKey) -> LocalIndex | None:
         return self._index_loads.load(key, lambda: self._read_group(key), overflows=lambda loaded: loaded is None,
