@@ -257,8 +257,11 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         # meanwhile, by the slower path; a load balancer may hold traffic back until this answers 200.
         # Then the start-up warmer (acn/memory/warmer.py): recently active sessions' indexes, built before their
         # first call asks for them; its progress is reported as it goes.
+        # First of all the store's first search (memories.py _warm_store), which start-up no longer waits for.
         warmer = runtime.warmer
-        pending = runtime.memories.heads.pending() + (warmer.pending() if warmer is not None else [])
+        searching = runtime.memories.warming
+        pending = (["store_search"] if searching is not None and searching.is_alive() else []) \
+            + runtime.memories.heads.pending() + (warmer.pending() if warmer is not None else [])
         response = as_json({"ok": not pending, "ready": not pending, "pending": pending,
                             "warming": warmer.progress() if warmer is not None else {},
                             "request_id": g.get("request_id", "")})

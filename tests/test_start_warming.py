@@ -46,6 +46,8 @@ def stored_then_restarted(tmp_path: Path, batches: list[list[Memory]], **overrid
     app.extensions["acn"].close()
     app = create_app(settings)
     runtime: Runtime = app.extensions["acn"]
+    if runtime.memories.warming is not None:  # the store's first search: /readyz waits for it, start-up does not
+        runtime.memories.warming.join(60)
     return app, runtime
 
 
