@@ -189,7 +189,7 @@ def test_the_shipped_model_reorders_a_real_recall(tmp_path: Path) -> None:
 
 
 def test_training_is_deterministic_and_check_says_when_the_file_differs(tmp_path: Path) -> None:
-    pytest.importorskip("lightgbm")  # the bench extra; the server never imports it
+    # lightgbm is in the test extra (and the bench extra): the server never imports it.
     from bench import train_ranker
 
     groups = train_ranker.synthetic()
