@@ -23,7 +23,7 @@ from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, 
 from acn.common.stored import memory_problem
 from acn.retrieval.intent import wants_many
 from acn.retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, committed, rank, retrieval_query
-from acn.retrieval.ranker import reordered
+from acn.retrieval.ranker import day_shares, reordered
 from acn.services.deps import Deps
 from acn.text.byte_cache import TEXT_CACHE, text_bytes
 from acn.text.dates import normalise_date
@@ -62,13 +62,12 @@ MONOLOGUE_DECAY = 0.3
 # about than one next to a single hit: it keeps its best score plus this share of the next best. Issue 17, LoCoMo
 # dev (0-4), with the day weight below: 0.2 -> +0.6 at 1k over max alone (0.1 and 0.3 no better).
 NEIGHBOUR_SUM = 0.2
-# The weight of a day (the date an archived message carries, e.g. a LoCoMo session): the sum of its DAY_HITS
+# The weight of a day (the date an archived message carries, e.g. a LoCoMo session): the sum of its DAY_HITS (ranker.py)
 # best direct hits, over the best day's; each message of the day gains DAY_WEIGHT x that share of its score.
 # Issue 17, LoCoMo dev at 1k/2k/4k, with NEIGHBOUR_SUM and same-day neighbours: 80.0/86.6/92.4 ->
 # 81.6/87.1/92.7, multi-hop 45.7 -> 48.3 at 1k; DAY_HITS 1, 2 and 5 were worse than 3, weight 0.5 no better
 # than 0.2. Its opposite (fewer hits per day, MMR-like: x0.9 per hit already taken from the day) lost 4 points.
 DAY_WEIGHT = 0.2
-DAY_HITS = 3
 _QUESTION = re.compile(r"[?？]|[吗呢么][。!！~～]*$")
 log = logging.getLogger("acn.assembly")
 
@@ -135,16 +134,11 @@ def day_weighted(candidates: list[Ranked]) -> list[Ranked]:
     without a date keep their score. Applied after the score floor, which judges a candidate's own relevance.
     """
     days = [message_day(c.memory) for c in candidates]
-    per_day: dict[str, list[float]] = {}
-    for candidate, day in zip(candidates, days, strict=True):
-        if day is not None and "neighbour" not in candidate.parts:
-            per_day.setdefault(day, []).append(candidate.score)
-    mass = {day: sum(sorted(scores, reverse=True)[:DAY_HITS]) for day, scores in per_day.items()}
-    top = max(mass.values(), default=0.0)
-    if top <= 0 or DAY_WEIGHT <= 0:
+    shares = day_shares(candidates, days)  # the ranker reads the same weight as a feature
+    if DAY_WEIGHT <= 0 or not any(shares):
         return candidates
-    weighted = [replace(c, score=round(c.score * (1 + DAY_WEIGHT * mass.get(day, 0.0) / top), 4))
-                if day is not None else c for c, day in zip(candidates, days, strict=True)]
+    weighted = [replace(c, score=round(c.score * (1 + DAY_WEIGHT * share), 4)) if day is not None else c
+                for c, day, share in zip(candidates, days, shares, strict=True)]
     return sorted(weighted, key=lambda r: (-r.score, -r.memory.updated_at))
 
 

@@ -68,7 +68,7 @@ MAX_MODEL_BYTES = 2_000_000
 MAX_TREES = 2000
 MAX_NODES = 200_000
 MAX_DEPTH = 64
-DAY_HITS = 3  # as acn.assembly.recall.DAY_HITS
+DAY_HITS = 3  # a day's weight counts its 3 best direct hits (measured: acn/assembly/recall.py, DAY_WEIGHT)
 _QUESTION = re.compile(r"[?？]|[吗呢么][。!！~～]*$")
 
 # bench.recall --ablate ranker sets this False (per process) to measure the hand-tuned order beside the learned.
