@@ -331,7 +331,7 @@ def test_a_subset_keeps_the_rows_accepted_as_searchable_as_before() -> None:
         memory = Memory(id=f"k{i}", kind="fact", content=text, scope=scope, agent_id="a", session_id="s",
                         created_at=i, updated_at=i, version=1, importance=1.0)
         index.put(memory, {"id": memory.id, "kind": "fact", "scope": scope, "dense": vector}, tokenize=i != 2)
-    part = index.subset(lambda memory: memory.scope != "session")
+    part = index.subset(Filter('scope != "session"'))
     assert sorted(m.id for m in part.select(Filter(""))) == ["k1", "k2"]
     assert [m.id for m, _ in part.search_text("仓库", Filter(""), 5)] == ["k1"]  # tokenized as in the source
     assert [m.id for m, _ in part.search_text("运费", Filter(""), 5)] == ["k2"]  # tokenized on first search

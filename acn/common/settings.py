@@ -395,10 +395,13 @@ class Settings(StrictModel):
         ),
     )
     local_index_rows: int = Field(
-        default=50_000, ge=0,
+        default=200_000, ge=0,
         description=(
-            "With a Lite file, about how many rows the sessions searched in process may hold in all (~5 KB each; least "
-            "recently used sessions first out). `0` turns the in-process index off: the store answers every search."
+            "With a Lite file, about how many rows the sessions searched in process may hold in all (~1 KB each "
+            "without vectors, plus 4 bytes a vector dimension; least recently used sessions first out), and so the "
+            "largest namespace searched in process (within ACN_READ_CACHE_MB too). A session of more than 20,000 rows "
+            "loads in the background; larger ones are searched in the store. `0` turns the in-process index off: the "
+            "store answers every search."
         ),
     )
     read_cache_mb: int = Field(

@@ -240,9 +240,7 @@ class MemoryRepository(MemoryQueries):
         index = self._local_index(tenant, namespace, flt)
         if index is None:
             return None
-        # Rows as query_all answers them: the id the client knows (to_record gives the tenant-scoped key).
-        return [{field: record[field] for field in fields if field in record}
-                for record in (with_client_id(to_record(memory, tenant, None)) for memory in index.select(flt))]
+        return index.records(flt, fields)  # as query_all answers them: the id the client knows
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -424,7 +422,7 @@ class MemoryRepository(MemoryQueries):
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
             index = self._local_index(tenant, within, flt)
             if index is not None:
-                return sorted(index.select(flt), key=lambda m: (m.created_at, m.id))[offset: offset + limit]
+                return index.select_page(flt, offset=offset, limit=limit)
             if self.readable_empty(tenant, within):
                 return []
         rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)

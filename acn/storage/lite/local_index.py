@@ -18,33 +18,59 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from array import array
 from collections import Counter
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, cast
 
 import numpy as np
 
 from acn.common.models import Memory
 from acn.storage.base import Filter, Record
 from acn.storage.lite.predicate import predicate
+from acn.storage.memory_rows import EMBEDDED_FIELD, MEMORY_FIELDS, client_id, from_record, to_record, with_client_id
 from acn.text.terms import bm25_tokens
 
 K1 = 1.2
 B = 0.75
-# What one row costs in memory besides its text and vector, measured with tracemalloc on short memories: the
-# Memory, the row's scalar fields, its term counts and its posting entries.
-ROW_BYTES = 3900
+# What one row costs in memory besides its text and vector, measured with tracemalloc (tests/test_local_index.py
+# holds nbytes to it): its stored fields as one tuple (strings that repeat, such as kinds, scopes and agents, held
+# once per index), its key in the id map, its posting entries (8 bytes a term, in arrays), its length, text hash
+# and creation time in arrays, a byte in each cached filter mask. A Memory is built only for the rows a read
+# returns (the top hits of a search, a page of rows). Before (a Memory, a dict of scalar fields and a Counter of
+# terms per row) it was ~3,900 bytes: a namespace of 100,000 rows did not fit the read cache's 256 MB.
+ROW_BYTES = 700
 # Filters whose matching rows are kept as a bit mask (one per namespace and kind set a caller asks with).
 CACHED_MASKS = 32
+# A row's stored fields, in this order in its tuple; the text is `content`, the vector is kept apart.
+ROW_FIELDS = ("id", "content", *MEMORY_FIELDS, EMBEDDED_FIELD)
+_AT = {field: at for at, field in enumerate(ROW_FIELDS)}
+_CONTENT = _AT["content"]
+_CREATED = _AT["created_at"]
+# Fields a filter may read: as before (stored_row), not the text or the JSON document.
+_FILTERABLE = {field: at for field, at in _AT.items() if field not in ("content", "doc")}
+# Fields whose values repeat across rows: held once per index (see _Rows.intern).
+_REPEATED = ("tenant", "agent_id", "session_id", "user_id", "scope", "kind", "key", "importance", "superseded_by")
+_MISSING = object()  # a field the row was put without (partial rows in tests, the embedded flag without vectors)
+# Fields whose stored value is what to_record(from_record(row)) gives back: a read of them needs no Memory.
+_AS_STORED = frozenset(ROW_FIELDS) - {"importance", "doc", "id", "turn_to", EMBEDDED_FIELD}
+Row = tuple[Any, ...]
 
 
-@dataclass(frozen=True)
-class _Doc:
-    memory: Memory
-    row: Record  # the scalar fields filters read
-    terms: Counter[str] | None  # None until the text is tokenized (see index_pending)
-    length: int
+class _View:
+    """One row's filterable fields as a mapping a predicate reads (`get` only); reused row after row."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values: Row = ()
+
+    def get(self, field: str, default: Any = None) -> Any:
+        at = _FILTERABLE.get(field)
+        if at is None:
+            return default
+        value = self.values[at]
+        return default if value is _MISSING else value
 
 
 class LocalIndex:
@@ -53,33 +79,34 @@ class LocalIndex:
     def __init__(self, dim: int) -> None:
         self._lock = threading.Lock()
         self._dim = dim
-        self._slots: dict[str, int] = {}
-        self._docs: list[_Doc] = []
-        self._postings: dict[str, dict[int, int]] = {}
-        # Each posting as arrays (slots, term frequencies) for numpy scoring, rebuilt when the term's posting
-        # changes: a new message touches a few dozen terms, a search reads a handful.
-        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._slots: dict[str, int] = {}  # the row's id as put (the stored key) -> slot
+        self._rows: list[Row] = []
+        self._interned: dict[Any, Any] = {}
+        # Per term, its posting as one int32 array of (slot, term frequency) pairs, scored in numpy without a copy.
+        self._postings: dict[str, array[int]] = {}
         self._total_length = 0
         self._chars = 0  # characters of the texts held, for nbytes
         self._lengths = np.zeros(0, dtype=np.float64)
-        # One id per distinct text, per slot: a distinct search keeps one copy of a text (see _distinct_top).
+        # Per slot, whether its text is tokenized (posted): a replaced row's postings are found again from its text.
+        self._posted = np.zeros(0, dtype=np.bool_)
+        # One hash per text, per slot: a distinct search keeps one copy of a text (see _distinct_top). A 64-bit
+        # hash: two different texts of one session sharing one is a chance of ~1e-9 at 200,000 rows.
         self._text_ids = np.zeros(0, dtype=np.int64)
-        self._text_id_of: dict[str, int] = {}
+        self._created = np.zeros(0, dtype=np.int64)  # created_at per slot, for ordered reads (select_page)
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         # Slots written since the index was built, in order: a cached mask re-reads only those.
-        self._changes: list[int] = []
+        self._changes: array[int] = array("i")
         self._masks: dict[Hashable, tuple[int, bytearray]] = {}
         # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
         # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
         self._pending: set[int] = set()
 
     def __len__(self) -> int:
-        return len(self._docs)
+        return len(self._rows)
 
     def nbytes(self) -> int:
-        """Return an estimate of the memory the index holds: ROW_BYTES a row (the memory, its scalar fields, its
-        terms and postings) plus its text, and its vector."""
-        return len(self._docs) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars
+        """Return an estimate of the memory the index holds: ROW_BYTES a row plus its text, and its vector."""
+        return len(self._rows) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars
 
     def pending(self) -> int:
         """Return how many rows still wait for their text to be tokenized."""
@@ -87,71 +114,109 @@ class LocalIndex:
             return len(self._pending)
 
     def put(self, memory: Memory, record: Record, *, tokenize: bool = True) -> None:
-        """Add a row or replace the row with the same id (record: the store row; `dense` if configured).
+        """Add a row or replace the row with the same id (record: the store row, or part of it, the rest taken
+        from the memory; `dense` if configured).
 
         With tokenize=False the text is tokenized later: by index_pending, or at the latest by the next
         search_text. Filters and dense search see the row at once.
         """
-        terms = Counter(bm25_tokens(memory.content)) if tokenize else None
-        doc = _Doc(memory, stored_row(record), terms, sum(terms.values()) if terms else 0)
+        full = record if _AT.keys() - {EMBEDDED_FIELD} <= record.keys() else \
+            {**to_record(memory, str(record.get("tenant", "")), None), "id": memory.id, **record}
+        self.put_row(full, tokenize=tokenize)
+
+    def put_row(self, record: Record, *, tokenize: bool = True) -> None:
+        """Add a store row (every field of OUTPUT_FIELDS; `dense` if configured) or replace the row with its id."""
         vector = _unit(record.get("dense"), self._dim)
         with self._lock:
-            self._place(doc, vector)
-
-    def subset(self, keep: Callable[[Memory], bool]) -> LocalIndex:
-        """Return a new index of this one's rows that `keep` accepts, their texts as tokenized as here."""
+            row = self._compact(record)
+        terms = Counter(bm25_tokens(row[_CONTENT])) if tokenize else None
         with self._lock:
-            picked = [(doc, self._vectors[slot] if self._dim else None) for slot, doc in enumerate(self._docs)
-                      if keep(doc.memory)]
+            self._place(row, terms, vector)
+
+    def _compact(self, record: Record) -> Row:
+        """Return the row's tuple: float fields as the store holds them (float32), repeated values held once, an
+        empty document as None (called with the lock held)."""
+        values = []
+        for field in ROW_FIELDS:
+            value = record.get(field, _MISSING)
+            if value is _MISSING:
+                values.append(value)
+                continue
+            if isinstance(value, float):
+                value = float(np.float32(value))  # see stored_row
+            if field == "doc":
+                value = value if value and any(value.values()) else None
+            elif field in _REPEATED:
+                value = self._interned.setdefault(value, value)
+            values.append(value)
+        return tuple(values)
+
+    def subset(self, where: Filter) -> LocalIndex:
+        """Return a new index of this one's rows that match the filter, their texts as tokenized as here."""
+        with self._lock:
+            mask = self._mask(where)
+            picked = [(self._rows[slot], bool(self._posted[slot]), self._vectors[slot] if self._dim else None)
+                      for slot in np.flatnonzero(np.frombuffer(mask, dtype=np.uint8)).tolist()]
         copy = LocalIndex(self._dim)
-        with copy._lock:
-            for doc, vector in picked:
-                copy._place(doc, vector)
+        for row, posted, vector in picked:
+            terms = Counter(bm25_tokens(row[_CONTENT])) if posted else None
+            with copy._lock:
+                copy._place(copy._compact(dict(zip(ROW_FIELDS, row, strict=True))), terms, vector)
         return copy
 
-    def _place(self, doc: _Doc, vector: np.ndarray | None) -> None:
+    def _place(self, row: Row, terms: Counter[str] | None, vector: np.ndarray | None) -> None:
         """Add the row or replace the row with its id (called with the lock held)."""
-        memory = doc.memory
-        slot = self._slots.get(memory.id)
+        key = str(row[0])
+        slot = self._slots.get(key)
+        content = row[_CONTENT]
         if slot is None:
-            slot = len(self._docs)
-            self._slots[memory.id] = slot
-            self._docs.append(doc)
+            slot = len(self._rows)
+            self._slots[key] = slot
+            self._rows.append(row)
+            self._grow(slot)
         else:
-            self._unpost(slot)
-            self._chars -= len(self._docs[slot].memory.content)
-            self._docs[slot] = doc
-        self._chars += len(memory.content)
-        self._lengths = _room(self._lengths, slot)
-        self._text_ids = _room(self._text_ids, slot)
-        self._text_ids[slot] = self._text_id_of.setdefault(memory.content, len(self._text_id_of))
-        if doc.terms is None:
+            old = self._rows[slot][_CONTENT]
+            if old == content and self._posted[slot] and terms is None:
+                terms = _KEEP  # the same text, already posted (a vector filled, a supersede): postings stay
+            else:
+                self._unpost(slot, old)
+            self._chars -= len(old)
+            self._rows[slot] = row
+        self._chars += len(content)
+        self._text_ids[slot] = hash(content)
+        self._created[slot] = row[_CREATED] if isinstance(row[_CREATED], int) else 0
+        if terms is None:
             self._pending.add(slot)
-        else:
-            self._post(slot, doc)
+        elif terms is not _KEEP:
+            self._post(slot, terms)
         if self._dim:
-            self._vectors = _room(self._vectors, slot)
             self._vectors[slot] = vector
         self._changes.append(slot)
-        if len(self._changes) > 4 * len(self._docs) + 1024:  # masks rebuild from scratch; the log restarts
-            self._changes.clear()
+        if len(self._changes) > 4 * len(self._rows) + 1024:  # masks rebuild from scratch; the log restarts
+            self._changes = array("i")
             self._masks.clear()
+
+    def _grow(self, slot: int) -> None:
+        self._lengths = _room(self._lengths, slot)
+        self._posted = _room(self._posted, slot)
+        self._text_ids = _room(self._text_ids, slot)
+        self._created = _room(self._created, slot)
+        if self._dim:
+            self._vectors = _room(self._vectors, slot)
 
     def index_pending(self, at_most: int | None = None) -> int:
         """Tokenize the rows written with tokenize=False (outside the lock: searches go on meanwhile); with
         `at_most`, only that many. Return how many were tokenized."""
         with self._lock:
-            work = [(slot, self._docs[slot]) for slot in itertools.islice(self._pending, at_most)]
+            work = [(slot, self._rows[slot]) for slot in itertools.islice(self._pending, at_most)]
         if not work:
             return 0
-        done = [(slot, doc, Counter(bm25_tokens(doc.memory.content))) for slot, doc in work]
+        done = [(slot, row, Counter(bm25_tokens(row[_CONTENT]))) for slot, row in work]
         with self._lock:
-            for slot, doc, terms in done:
-                if slot in self._pending and self._docs[slot] is doc:  # not replaced meanwhile
-                    indexed = replace(doc, terms=terms, length=sum(terms.values()))
-                    self._docs[slot] = indexed
+            for slot, row, terms in done:
+                if slot in self._pending and self._rows[slot] is row:  # not replaced meanwhile
                     self._pending.discard(slot)
-                    self._post(slot, indexed)
+                    self._post(slot, terms)
         return len(done)
 
     def search_text(self, text: str, where: Filter, limit: int, *,
@@ -163,25 +228,29 @@ class LocalIndex:
         query = Counter(bm25_tokens(text))
         self.index_pending()
         with self._lock:
-            if not query or not self._docs:
+            if not query or not self._rows:
                 return []
-            count = len(self._docs)
+            count = len(self._rows)
             norm = K1 * (1 - B + B * self._lengths[:count] / (self._total_length / count or 1.0))
             scores = np.zeros(count, dtype=np.float64)
             for term, repeats in query.items():
-                arrays = self._posting_arrays(term)
-                if arrays is None:
+                posting = self._postings.get(term)
+                if not posting:
                     continue
-                slots, tfs = arrays
+                pairs = np.frombuffer(posting, dtype=np.int32).reshape(-1, 2)
+                slots, tfs = pairs[:, 0], pairs[:, 1].astype(np.float64)
                 idf = repeats * math.log(1 + (count - len(slots) + 0.5) / (len(slots) + 0.5))
                 scores[slots] += idf * tfs * (K1 + 1) / (tfs + norm[slots])
+                del pairs, slots  # the posting's buffer is released: a later write may grow it
             scores *= np.frombuffer(self._mask(where), dtype=np.uint8)
             if distinct:
                 positive = np.flatnonzero(scores > 0)
                 top = _distinct_top(positive, scores[positive], limit, self._text_ids)
             else:
                 top = _top(scores, limit)
-            return list(zip([self._docs[slot].memory for slot in top], scores[top].tolist(), strict=True))
+            picked = [self._rows[slot] for slot in top]
+            values = scores[top].tolist()
+        return list(zip(map(_memory, picked), values, strict=True))
 
     def search_dense(self, vector: list[float], where: Filter, limit: int, *,
                      distinct: bool = False) -> list[tuple[Memory, float]]:
@@ -189,37 +258,60 @@ class LocalIndex:
         search_text)."""
         query = _unit(vector, self._dim)
         with self._lock:
-            if not self._dim or not self._docs:
+            if not self._dim or not self._rows:
                 return []
             allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
             if not len(allowed):
                 return []
             scores = self._vectors[allowed] @ query
             if distinct:
-                picked = _distinct_top(allowed, scores, limit, self._text_ids)
-                at = np.searchsorted(allowed, picked)  # allowed is ascending: where each picked slot's score is
-                return list(zip([self._docs[slot].memory for slot in picked], scores[at].tolist(), strict=True))
-            order = np.argsort(-scores, kind="stable")[:limit] if len(allowed) <= limit else \
-                np.argpartition(-scores, limit - 1)[:limit]
-            order = order[np.argsort(-scores[order], kind="stable")]
-            return [(self._docs[int(allowed[i])].memory, float(scores[i])) for i in order]
+                top = _distinct_top(allowed, scores, limit, self._text_ids)
+                at = np.searchsorted(allowed, top)  # allowed is ascending: where each picked slot's score is
+                values = scores[at].tolist()
+            else:
+                order = np.argsort(-scores, kind="stable")[:limit] if len(allowed) <= limit else \
+                    np.argpartition(-scores, limit - 1)[:limit]
+                order = order[np.argsort(-scores[order], kind="stable")]
+                top, values = allowed[order].tolist(), scores[order].tolist()
+            picked = [self._rows[slot] for slot in top]
+        return [(memory, float(score)) for memory, score in zip(map(_memory, picked), values, strict=True)]
 
     def select(self, where: Filter) -> list[Memory]:
         """Return every row matching the filter, in the order they were first put."""
         with self._lock:
-            mask = self._mask(where)
-            return [doc.memory for doc, keep in zip(self._docs, mask, strict=True) if keep]
+            picked = [self._rows[slot] for slot in self._matching(where)]
+        return list(map(_memory, picked))
 
-    def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        arrays = self._arrays.get(term)
-        if arrays is None:
-            posting = self._postings.get(term)
-            if not posting:
-                return None
-            arrays = (np.fromiter(posting.keys(), dtype=np.int64, count=len(posting)),
-                      np.fromiter(posting.values(), dtype=np.float64, count=len(posting)))
-            self._arrays[term] = arrays
-        return arrays
+    def select_page(self, where: Filter, *, offset: int, limit: int) -> list[Memory]:
+        """Return the rows matching the filter ordered by (created_at, id), from `offset`, at most `limit`: as
+        sorting `select` would, with Memory objects built only for the page."""
+        with self._lock:
+            slots = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
+            end = offset + limit
+            if len(slots) > end > 0:  # only rows created no later than the end-th are sorted by id as well
+                created = self._created[slots]
+                bound = np.partition(created, end - 1)[end - 1]
+                slots = slots[created <= bound]
+            rows = [self._rows[slot] for slot in slots.tolist()]
+        rows.sort(key=lambda row: (row[_CREATED], _client_id(row)))
+        return list(map(_memory, rows[offset: offset + limit]))
+
+    def records(self, where: Filter, fields: list[str]) -> list[Record]:
+        """Return the rows matching the filter as the store path answers them (query_all: the id the client
+        knows; importance and the document as a Memory gives them back), these fields only, in put order."""
+        with self._lock:
+            picked = [self._rows[slot] for slot in self._matching(where)]
+        if not set(fields) <= _AS_STORED | {"id"}:
+            tenant_of = _AT["tenant"]
+            return [{field: value for field, value in with_client_id(to_record(_memory(row), str(row[tenant_of]),
+                                                                                None)).items() if field in fields}
+                    for row in picked]
+        at = [(field, _AT[field]) for field in fields]
+        return [{field: (_client_id(row) if field == "id" else row[i]) for field, i in at} for row in picked]
+
+    def _matching(self, where: Filter) -> list[int]:
+        slots: list[int] = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8)).tolist()
+        return slots
 
     def _mask(self, where: Filter) -> bytearray:
         """Return one byte per slot, 1 where the row matches (called with the lock held)."""
@@ -227,39 +319,75 @@ class LocalIndex:
         cached = self._masks.get(key)
         if cached is not None and cached[0] == len(self._changes):
             return cached[1]
-        matches = predicate(where)
+        matches = cast(Callable[[Any], bool], predicate(where))
+        view = _View()
         if cached is None:
-            mask = bytearray(matches(doc.row) for doc in self._docs)
+            mask = bytearray(_tested(matches, view, iter(self._rows)))
         else:
             seen, mask = cached
-            mask.extend(bytes(len(self._docs) - len(mask)))
+            mask.extend(bytes(len(self._rows) - len(mask)))
             for slot in self._changes[seen:]:
-                mask[slot] = matches(self._docs[slot].row)
+                view.values = self._rows[slot]
+                mask[slot] = matches(view)
         if key not in self._masks and len(self._masks) >= CACHED_MASKS:
             self._masks.pop(next(iter(self._masks)))
         self._masks[key] = (len(self._changes), mask)
         return mask
 
-    def _post(self, slot: int, doc: _Doc) -> None:
-        for term, count in (doc.terms or {}).items():
-            self._postings.setdefault(term, {})[slot] = count
-            self._arrays.pop(term, None)
-        self._total_length += doc.length
-        self._lengths[slot] = doc.length
+    def _post(self, slot: int, terms: Counter[str]) -> None:
+        for term, count in terms.items():
+            posting = self._postings.get(term)
+            if posting is None:
+                posting = self._postings[term] = array("i")
+            try:
+                posting.extend((slot, count))
+            except BufferError:  # a search's view of it is still alive (an exception's frame): write a copy
+                posting = self._postings[term] = array("i", posting)
+                posting.extend((slot, count))
+        length = sum(terms.values())
+        self._total_length += length
+        self._lengths[slot] = length
+        self._posted[slot] = True
 
-    def _unpost(self, slot: int) -> None:
-        old = self._docs[slot]
-        if old.terms is None:
+    def _unpost(self, slot: int, content: str) -> None:
+        """Take the slot's entries out of its text's postings (called with the lock held)."""
+        if not self._posted[slot]:
             self._pending.discard(slot)
             return
-        for term in old.terms:
-            self._arrays.pop(term, None)
+        for term in set(bm25_tokens(content)):  # the tokens the text was posted under (bm25_tokens is pure)
             posting = self._postings.get(term)
-            if posting is not None:
-                posting.pop(slot, None)
-                if not posting:
-                    del self._postings[term]
-        self._total_length -= old.length
+            if posting is None:
+                continue
+            found = np.flatnonzero(np.frombuffer(posting, dtype=np.int32)[0::2] == slot).tolist()
+            for at in reversed(found):
+                try:
+                    del posting[2 * at: 2 * at + 2]
+                except BufferError:
+                    posting = self._postings[term] = array("i", posting)
+                    del posting[2 * at: 2 * at + 2]
+            if not posting:
+                del self._postings[term]
+        self._total_length -= int(self._lengths[slot])
+        self._lengths[slot] = 0
+        self._posted[slot] = False
+
+
+_KEEP: Counter[str] = Counter()  # _place: the row's postings stay as they are
+
+
+def _tested(matches: Callable[[Any], bool], view: _View, rows: Iterator[Row]) -> Iterator[bool]:
+    for row in rows:
+        view.values = row
+        yield matches(view)
+
+
+def _client_id(row: Row) -> str:
+    return client_id(str(row[0]))
+
+
+def _memory(row: Row) -> Memory:
+    """Return the memory of a held row, as the store path builds it (from_record)."""
+    return from_record({field: value for field, value in zip(ROW_FIELDS, row, strict=True) if value is not _MISSING})
 
 
 def stored_row(record: Record) -> Record:

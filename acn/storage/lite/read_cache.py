@@ -24,7 +24,7 @@ from acn.common.errors import StoreUnavailableError
 from acn.common.models import Memory, Namespace
 from acn.storage.base import Filter, Record
 from acn.storage.lite.load_once import LoadOnce
-from acn.storage.lite.local_index import LocalIndex
+from acn.storage.lite.local_index import ROW_BYTES, LocalIndex
 from acn.storage.lite.predicate import supported
 from acn.storage.lite.read_priority import READS
 from acn.storage.memory_rows import (
@@ -48,7 +48,7 @@ CACHED_POOLS = 64
 # Sessions whose readable rows are searched in memory: at most this many (and about as many rows in all as the
 # repository is given). A session that can read more rows than the store's query window is searched in the store.
 CACHED_INDEXES = 256
-CACHED_INDEX_ROWS = 50_000
+CACHED_INDEX_ROWS = 200_000  # the default of ACN_LOCAL_INDEX_ROWS: one namespace of 200k rows fits (~1 KB a row)
 # A batch of this many rows for one session (an import, a seeded store) starts loading its index at once: see
 # ReadCache.after_save. Smaller writes (a turn, a few memories) leave it to the session's first read, as before.
 WARM_ON_WRITE = 100
@@ -61,7 +61,12 @@ LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, mor
 # namespace, reading ranges until the window overflowed took ~1.5 s, the sample ~0.3 s.
 SAMPLE = Filter('(id >= "mem_0" and id < "mem_1") or (id >= "turn_0" and id < "turn_1")')
 SAMPLE_SHARE = 16
-LISTED_LOAD_ROWS = 20_000  # a session index loaded by id on the request's thread up to this many rows
+# A session index loaded by id on the request's thread up to this many rows; a larger one (up to the repository's
+# index_rows, and within its byte budget) loads by id on a background thread, tokenized there before it serves: the
+# start-up warmer's (acn/memory/warmer.py), or the loader's after a large write or a first read. Until then the store
+# answers its reads (correct, slower): a request does not wait for a load of seconds (100k rows: ~2 s of lookups and
+# ~20 s of tokenizing), except for the start-up warmer's, which /readyz reports (see local_index).
+LISTED_LOAD_ROWS = 20_000
 ID_LOOKUP = 500  # ids in one primary-key lookup (9 ms on Lite at 200k rows)
 CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
 PREWARM_WAIT = 30.0  # seconds a request waits at most for the start-up warmer's load of its session index
@@ -371,7 +376,11 @@ class ReadCache:
             if self._index_loads.busy(key):
                 return None
             has_sibling = self._sibling(key) is not None
-        if self.known_empty(key) or self._listed_ids(key) is not None:  # no scan: load it now
+        listed = None if self.known_empty(key) else self._listed_ids(key)
+        if listed is not None and len(listed) > LISTED_LOAD_ROWS and self._background and not wait:
+            self._warm_later(key)  # large: loaded by id off the request path; the store answers meanwhile
+            return None
+        if listed is not None or self.known_empty(key):  # no scan: load it now
             return self._load_index(key)
         if has_sibling and self._sessions_with_rows(tenant, namespace.agent_id) is not None:
             with self._lock:  # checked again: a write or a load may have come in between
@@ -418,8 +427,7 @@ class ReadCache:
         """Return True when a session index of this many rows can be held beside those held now (none pushed out)."""
         with self._lock:
             held = sum(len(index) for index in self._indexes.values())
-            return rows <= min(self._index_rows, LISTED_LOAD_ROWS) and len(self._indexes) < CACHED_INDEXES \
-                and held + rows <= self._index_rows
+            return self._holdable(rows) and len(self._indexes) < CACHED_INDEXES and held + rows <= self._index_rows
 
     def parked_current(self, tenant: str, agent_id: str, key: Hashable) -> bool:
         """Return True when an object is parked under the key and nothing it depends on was written since."""
@@ -500,11 +508,11 @@ class ReadCache:
                     return None
         index = LocalIndex(self._dense_dim)
         for row in rows:
-            index.put(from_record(row), row, tokenize=False)
+            index.put_row(row, tokenize=False)
         # Tokenized before it serves a search (on the loader's thread, in the background by default): the first
         # search answered by the index must not segment thousands of texts itself. Loaded by id on a request's
-        # thread, it is tokenized by the background tokenizer instead (_install_loaded).
-        while listed is None and index.index_pending(TOKENIZE_CHUNK):
+        # thread (LISTED_LOAD_ROWS at most), it is tokenized by the background tokenizer instead (_install_loaded).
+        while (listed is None or len(listed) > LISTED_LOAD_ROWS) and index.index_pending(TOKENIZE_CHUNK):
             time.sleep(0.001)  # let request threads have the interpreter between chunks
         return index
 
@@ -513,7 +521,12 @@ class ReadCache:
         if not self._index_rows:
             return None
         ids = self.member_ids(key)
-        return ids if ids is not None and len(ids) <= min(self._index_rows, LISTED_LOAD_ROWS) else None
+        return ids if ids is not None and self._holdable(len(ids)) else None
+
+    def _holdable(self, rows: int) -> bool:
+        """Return True when a session index of this many rows may be held at all: within index_rows, and its
+        estimated bytes (LocalIndex.nbytes, texts not counted) within the byte budget."""
+        return rows <= self._index_rows and rows * (ROW_BYTES + 4 * self._dense_dim) <= self._max_bytes
 
     def _rows_by_id(self, tenant: str, ids: list[str], fields: list[str]) -> list[Record]:
         """Return the rows with these ids, in primary-key lookups of ID_LOOKUP ids (a filter of `id in` alone)."""
@@ -583,7 +596,7 @@ class ReadCache:
         sibling = self._sibling(key)
         if sessions is None or key[2] in sessions or sibling is None:
             return None
-        index = sibling.subset(lambda memory: memory.scope != "session")
+        index = sibling.subset(Filter('scope != "session"'))
         self._install(key, index)
         return index
 
