@@ -414,13 +414,13 @@ class Settings(StrictModel):
         ),
     )
     warm_mb: int = Field(
-        default=128, ge=0,
+        default=256, ge=0,
         description=(
             "After a start, about how many MB of in-process indexes (a Lite file: session indexes and dedup indexes; "
             "a server: dedup indexes) are built in the background for the most recently active sessions, so that "
             "their first call after a restart does not load them; /readyz answers 503 until it is done. Within "
-            "ACN_READ_CACHE_MB on a Lite file. Sessions beyond it are not warmed and load what they need on their "
-            "first call, as before. `0` turns warming off."
+            "ACN_READ_CACHE_MB on a Lite file (a namespace of 100,000 short memories takes ~150 MB of it). Sessions "
+            "beyond it are not warmed and load what they need on their first call, as before. `0` turns warming off."
         ),
     )
     text_cache_mb: int = Field(

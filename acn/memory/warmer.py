@@ -40,6 +40,10 @@ WARM_SESSIONS = min(CACHED_POOLS, CACHED_INDEXES, SHARED_KEPT)
 # A batch of the default scope and kind: what a session's first memory_write most often is.
 DEFAULT_BATCH = [MemoryItem(content="-")]
 STOP_WAIT = 10.0
+# About what a parked dedup pool holds a row (DedupIndex.nbytes: 71 MB for 100,000 rows of ~37 characters), for the
+# estimate of a session before it is warmed: one that would take the warmed past the budget is left cold and the
+# next, smaller ones are warmed still (the read cache would otherwise push the least recently warmed out again).
+POOL_ROW_BYTES = 700
 log = logging.getLogger("acn.store")
 Reads = Callable[[str, Namespace], None]  # (tenant, namespace): reads to make of a warmed session
 
@@ -115,8 +119,9 @@ class Warmer:
         before = cache.nbytes() if cache is not None else 0
         if cache is not None:
             listed = self.memories.heads.member_ids(tenant, namespace)
-            if listed is None or not cache.fits(len(listed)):
-                self.cold += 1  # larger than the in-process index holds: its first call goes to the store
+            if listed is None or not cache.fits(len(listed)) or \
+                    self.held_bytes + cache.estimate(len(listed)) + POOL_ROW_BYTES * len(listed) > self.budget_bytes:
+                self.cold += 1  # larger than the in-process index (or what is left of the budget) holds
                 return
             if cache.prewarm((tenant, namespace.agent_id, namespace.session_id)) is not None and self.reads:
                 self.reads(tenant, namespace)

@@ -429,6 +429,10 @@ class ReadCache:
             held = sum(len(index) for index in self._indexes.values())
             return self._holdable(rows) and len(self._indexes) < CACHED_INDEXES and held + rows <= self._index_rows
 
+    def estimate(self, rows: int) -> int:
+        """Return about what a session index of this many rows holds (LocalIndex.nbytes, texts not counted)."""
+        return rows * (ROW_BYTES + 4 * self._dense_dim)
+
     def parked_current(self, tenant: str, agent_id: str, key: Hashable) -> bool:
         """Return True when an object is parked under the key and nothing it depends on was written since."""
         with self._lock:
@@ -526,7 +530,7 @@ class ReadCache:
     def _holdable(self, rows: int) -> bool:
         """Return True when a session index of this many rows may be held at all: within index_rows, and its
         estimated bytes (LocalIndex.nbytes, texts not counted) within the byte budget."""
-        return rows <= self._index_rows and rows * (ROW_BYTES + 4 * self._dense_dim) <= self._max_bytes
+        return rows <= self._index_rows and self.estimate(rows) <= self._max_bytes
 
     def _rows_by_id(self, tenant: str, ids: list[str], fields: list[str]) -> list[Record]:
         """Return the rows with these ids, in primary-key lookups of ID_LOOKUP ids (a filter of `id in` alone)."""
