@@ -169,7 +169,7 @@ def test_the_first_search_is_answered_by_the_store_while_the_index_loads(tmp_pat
 
 def test_the_read_cache_keeps_to_its_byte_budget(tmp_path: Path) -> None:
     store = MilvusStore(str(tmp_path / "budget.db")).open()
-    budget = 200_000
+    budget = 60_000  # rows cost ~1 KB held (local_index.ROW_BYTES): 20 sessions of 11 rows and their pools overflow it
     memories = MemoryRepository(store, prefix="budget", embedder=None, cache_bytes=budget, warm_in_background=False)
     memories.open()
     try:
