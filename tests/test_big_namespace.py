@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,20 +76,34 @@ def test_a_large_write_loads_the_namespace_by_id_in_the_background(tmp_path: Pat
         memories, cache = runtime.memories, runtime.memories.cache
         memories.save(DEFAULT_TENANT, other_rows(200))
         counted = Counted(runtime.store)
-        rows = rows_of(BIG, ROWS)
+        rows, late = rows_of(BIG, ROWS), rows_of(BIG, 1, start=ROWS)[0]
+        lookup = runtime.store.query
+
+        def landing_during_the_load(collection: str, where: Filter, **kwargs: Any) -> Any:
+            found = lookup(collection, where, **kwargs)
+            if "listed_ids" in where.params and late.id not in done:  # the load's first primary-key lookup
+                done.add(late.id)
+                memories.save(DEFAULT_TENANT, [late])  # replayed onto the index once it is in (LoadOnce)
+            return found
+
+        done: set[str] = set()
+        runtime.store.query = landing_during_the_load
         memories.save(DEFAULT_TENANT, rows)  # a batch of WARM_ON_WRITE rows or more starts the load
         where = scope_filter(BIG).and_(live_filter(False))
         # Until it is in, the store answers (a read does not wait for a load that may take seconds).
         hits = memories.search(DEFAULT_TENANT, "ORD-000042", where, limit=3, within=BIG)
         assert hits[0].memory.id == rows[42].id
         assert cache.settle(30)
-        assert len(cache.indexes[KEY]) == ROWS and cache.indexes[KEY].pending() == 0  # tokenized before it served
+        assert done and len(cache.indexes[KEY]) == ROWS + 1  # the write that landed during the load is in
+        assert cache.indexes[KEY].pending() == 0  # tokenized before it served
         name = memories.spec.name
         loaded = [c for c in counted.calls if c[1] == name and c[0] == "query"]
         assert loaded and not any(c[3] for c in loaded)  # read by primary key only: no scan of the collection
         counted.calls.clear()
         hits = memories.search(DEFAULT_TENANT, "ORD-000042", where, limit=3, within=BIG)
         assert hits[0].memory.id == rows[42].id and counted.calls == []  # answered in process
+        assert [s.memory.id for s in memories.search(DEFAULT_TENANT, f"ORD-{ROWS:06d}", where, limit=1,
+                                                     within=BIG)] == [late.id]
     finally:
         runtime.close()
 
