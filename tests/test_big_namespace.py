@@ -95,7 +95,7 @@ def test_a_large_write_loads_the_namespace_by_id_in_the_background(tmp_path: Pat
         assert hits[0].memory.id == rows[42].id
         assert cache.settle(30)
         assert done and len(cache.indexes[KEY]) == ROWS + 1  # the write that landed during the load is in
-        assert cache.indexes[KEY].pending() == 0  # tokenized before it served
+        assert cache.indexes[KEY].pending() <= 1  # the rows read were tokenized before it served (not the replayed)
         name = memories.spec.name
         loaded = [c for c in counted.calls if c[1] == name and c[0] == "query"]
         assert loaded and not any(c[3] for c in loaded)  # read by primary key only: no scan of the collection

@@ -40,10 +40,10 @@ WARM_SESSIONS = min(CACHED_POOLS, CACHED_INDEXES, SHARED_KEPT)
 # A batch of the default scope and kind: what a session's first memory_write most often is.
 DEFAULT_BATCH = [MemoryItem(content="-")]
 STOP_WAIT = 10.0
-# About what a parked dedup pool holds a row (DedupIndex.nbytes: 71 MB for 100,000 rows of ~37 characters), for the
-# estimate of a session before it is warmed: one that would take the warmed past the budget is left cold and the
-# next, smaller ones are warmed still (the read cache would otherwise push the least recently warmed out again).
+# About what a parked dedup pool holds a row (DedupIndex.nbytes: 71 MB for 100,000 rows of ~37 characters) and what
+# a row's text adds to it and to the session index, for the estimate of a session before it is warmed (Lite).
 POOL_ROW_BYTES = 700
+TEXT_ROW_BYTES = 200
 log = logging.getLogger("acn.store")
 Reads = Callable[[str, Namespace], None]  # (tenant, namespace): reads to make of a warmed session
 
@@ -97,12 +97,15 @@ class Warmer:
                 heads.building.join()
             if self.memories.warming is not None:
                 self.memories.warming.join()
-            recent = heads.recent_sessions(self.sessions)
+            recent = [(tenant, namespace) for tenant, namespace, _ in heads.recent_sessions(self.sessions)]
             self.listed = len(recent)
-            for tenant, namespace, _ in recent:
+            planned = self.memories.cache is not None
+            if planned:
+                recent = self.plan(recent)
+            for tenant, namespace in recent:
                 if self._stop.is_set():
                     break
-                if self.held_bytes >= self.budget_bytes:
+                if not planned and self.held_bytes >= self.budget_bytes:
                     self.cold += 1
                     continue
                 self.warm(tenant, namespace)
@@ -113,15 +116,36 @@ class Warmer:
         finally:
             self.done.set()
 
+    def plan(self, recent: list[tuple[str, Namespace]]) -> list[tuple[str, Namespace]]:
+        """Return the sessions to warm on a Lite file, least recently active first: the most recent ones whose
+        estimated bytes fit the budget together (and whose rows fit the in-process index together); the rest are
+        counted cold. Warmed in that order, the read cache's least-recently-used order is the sessions' own: should
+        the estimates fall short, what the cache pushes out is the least recently active session's (a namespace of
+        100,000 rows, the most recent, was warmed first and its dedup pool pushed out by the sessions after it)."""
+        cache = self.memories.cache
+        assert cache is not None
+        chosen: list[tuple[str, Namespace]] = []
+        planned_bytes = planned_rows = 0
+        for tenant, namespace in recent:
+            listed = self.memories.heads.member_ids(tenant, namespace)
+            rows = len(listed) if listed is not None else 0
+            size = cache.estimate(rows) + (POOL_ROW_BYTES + TEXT_ROW_BYTES) * rows
+            if listed is None or not cache.fits(rows, beside=planned_rows) or \
+                    planned_bytes + size > self.budget_bytes:
+                self.cold += 1  # larger than the in-process index (or what is left of the budget) holds
+                continue
+            chosen.append((tenant, namespace))
+            planned_bytes, planned_rows = planned_bytes + size, planned_rows + rows
+        return chosen[::-1]
+
     def warm(self, tenant: str, namespace: Namespace) -> None:
         """Warm one session: its index (Lite), then its dedup pool; counted against the budget."""
         cache = self.memories.cache
         before = cache.nbytes() if cache is not None else 0
         if cache is not None:
             listed = self.memories.heads.member_ids(tenant, namespace)
-            if listed is None or not cache.fits(len(listed)) or \
-                    self.held_bytes + cache.estimate(len(listed)) + POOL_ROW_BYTES * len(listed) > self.budget_bytes:
-                self.cold += 1  # larger than the in-process index (or what is left of the budget) holds
+            if listed is None or not cache.fits(len(listed)):
+                self.cold += 1  # larger than the in-process index holds: its first call goes to the store
                 return
             if cache.prewarm((tenant, namespace.agent_id, namespace.session_id)) is not None and self.reads:
                 self.reads(tenant, namespace)

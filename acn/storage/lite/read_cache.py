@@ -423,10 +423,11 @@ class ReadCache:
             done.set()
         return index
 
-    def fits(self, rows: int) -> bool:
-        """Return True when a session index of this many rows can be held beside those held now (none pushed out)."""
+    def fits(self, rows: int, *, beside: int = 0) -> bool:
+        """Return True when a session index of this many rows can be held beside those held now and `beside` rows
+        more (none pushed out)."""
         with self._lock:
-            held = sum(len(index) for index in self._indexes.values())
+            held = sum(len(index) for index in self._indexes.values()) + beside
             return self._holdable(rows) and len(self._indexes) < CACHED_INDEXES and held + rows <= self._index_rows
 
     def estimate(self, rows: int) -> int:
