@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
+import acn.memory.warmer
 import acn.storage.lite.read_cache
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Namespace
 from acn.server import create_app
 from acn.storage.base import Filter
 from acn.storage.lite.local_index import LocalIndex
+from acn.storage.memory_queries import scope_key
 from acn.storage.memory_rows import from_record, group_filter, live_filter, scope_filter, tenant_filter, to_record
 from acn.text.terms import bm25_tokens
 from tests.conftest import make_settings, post
@@ -154,3 +156,25 @@ def test_a_held_row_costs_what_nbytes_says_and_a_fraction_of_a_memory_object() -
     shared = sum(len(r["id"]) + 49 + len(r["content"].encode("utf-16-le")) + 74 for r in copies)  # kept by the index
     assert 0.75 <= index.nbytes() / (held + shared) <= 1.25, (index.nbytes(), held + shared)
     assert (held + shared) / count < 1500
+
+
+@needs_index
+def test_the_most_recent_session_stays_warm_when_the_estimates_fall_short(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Estimates made short (no pool, no text): the warmed take more than ACN_READ_CACHE_MB and the cache pushes the
+    # least recently used out. Warmed least recent first, that is the older session's, not the most recent's.
+    monkeypatch.setattr(acn.memory.warmer, "POOL_ROW_BYTES", 0)
+    monkeypatch.setattr(acn.memory.warmer, "TEXT_ROW_BYTES", 0)
+    older = Namespace(agent_id="older", session_id="chat")
+    app, runtime = stored_then_restarted(tmp_path, [rows_of(older, 500, age_ms=120_000), rows_of(BIG, 700)],
+                                         read_cache_mb=1)
+    try:
+        assert warmed(runtime).progress()["warmed"] == 2
+        cache = runtime.memories.cache
+        assert cache is not None and cache.nbytes() <= 1 << 20
+        pool = ("dedup pool", DEFAULT_TENANT, BIG.agent_id, scope_key(BIG, ["session"]))
+        assert cache.parked_current(DEFAULT_TENANT, BIG.agent_id, pool)
+        assert not cache.parked_current(DEFAULT_TENANT, older.agent_id,
+                                        ("dedup pool", DEFAULT_TENANT, older.agent_id, scope_key(older, ["session"])))
+    finally:
+        runtime.close()
