@@ -12,7 +12,9 @@ session's index (ReadCache.prewarm: by primary key only, tokenized) and the dedu
 scope asks for first (parked under the write counters, as a batch parks it), and the filters an assemble tests
 are tested once (acn/assembly/warm.py); against a server the dedup pool only (kept as load_shared keeps it,
 brought up to date from the store by the next batch). At most WARM_SESSIONS sessions, within `budget_bytes`
-(ACN_WARM_MB): a session not warmed works as before, its first call loading what it needs. /readyz answers 503
+(ACN_WARM_MB): a session not warmed works as before, its first call loading what it needs. On a Lite file a session
+of up to ACN_LOCAL_INDEX_ROWS rows is warmed (a namespace of 100k: ~150 MB with its pool, ~1 min), and the sessions
+that fit are warmed least recent first (Warmer.plan). /readyz answers 503
 ("warming") until the pass is done.
 
 Why it stays correct: nothing warmed is trusted blindly. A session index loads through the read cache's

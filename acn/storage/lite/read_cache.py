@@ -356,9 +356,11 @@ class ReadCache:
         """Return the in-memory index of the rows a session can read, or None: the store answers.
 
         None when `where` uses syntax the index cannot evaluate, when the session can read more rows than one
-        store query returns, or while the index loads. A session's first read starts the load on a background
-        thread and is answered by the store (a 10k-row session takes a second or more to load; a search in the
-        store, tens of ms); `wait` (or a cache built with background=False) loads it on the caller's thread.
+        store query returns (or, listed by id, more than index_rows), or while the index loads. A session's first
+        read starts the load on a background thread and is answered by the store (a 10k-row session takes a second
+        or more to load; a search in the store, tens of ms); `wait` (or a cache built with background=False) loads
+        it on the caller's thread, except a session listed by id (member pages), loaded on the caller's thread up
+        to LISTED_LOAD_ROWS rows and on the background thread beyond (unless `wait`).
         """
         if not self._index_rows or (where is not None and not supported(where)):
             return None
