@@ -20,14 +20,14 @@ import math
 import threading
 from array import array
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
-from typing import Any, cast
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
 from acn.common.models import Memory
 from acn.storage.base import Filter, Record
-from acn.storage.lite.predicate import predicate
+from acn.storage.lite.predicate import tuple_predicate
 from acn.storage.memory_rows import EMBEDDED_FIELD, MEMORY_FIELDS, client_id, from_record, to_record, with_client_id
 from acn.text.terms import bm25_tokens
 
@@ -40,6 +40,12 @@ B = 0.75
 # returns (the top hits of a search, a page of rows). Before (a Memory, a dict of scalar fields and a Counter of
 # terms per row) it was ~3,900 bytes: a namespace of 100,000 rows did not fit the read cache's 256 MB.
 ROW_BYTES = 700
+# The Memory objects built for reads (a search's hits, a page) are kept for the next read of the same rows, up to
+# this many an index (the oldest out first): assemble reads the same standing rows and many of the same hits turn
+# after turn (at 10k rows in one namespace, building them again each time tripled its median). MEMORY_BYTES is what
+# one holds (tracemalloc, a short memory), counted in nbytes.
+BUILT_ROWS = 2048
+MEMORY_BYTES = 1500
 # Filters whose matching rows are kept as a bit mask (one per namespace and kind set a caller asks with).
 CACHED_MASKS = 32
 # A row's stored fields, in this order in its tuple; the text is `content`, the vector is kept apart.
@@ -47,30 +53,14 @@ ROW_FIELDS = ("id", "content", *MEMORY_FIELDS, EMBEDDED_FIELD)
 _AT = {field: at for at, field in enumerate(ROW_FIELDS)}
 _CONTENT = _AT["content"]
 _CREATED = _AT["created_at"]
-# Fields a filter may read: as before (stored_row), not the text or the JSON document.
-_FILTERABLE = {field: at for field, at in _AT.items() if field not in ("content", "doc")}
+# What a filter reads of a row's tuple: its fields but the text and the JSON document (as stored_row leaves them).
+_FILTERABLE = tuple(field if field not in ("content", "doc") else "" for field in ROW_FIELDS)
 # Fields whose values repeat across rows: held once per index (see _Rows.intern).
 _REPEATED = ("tenant", "agent_id", "session_id", "user_id", "scope", "kind", "key", "importance", "superseded_by")
 _MISSING = object()  # a field the row was put without (partial rows in tests, the embedded flag without vectors)
 # Fields whose stored value is what to_record(from_record(row)) gives back: a read of them needs no Memory.
 _AS_STORED = frozenset(ROW_FIELDS) - {"importance", "doc", "id", "turn_to", EMBEDDED_FIELD}
 Row = tuple[Any, ...]
-
-
-class _View:
-    """One row's filterable fields as a mapping a predicate reads (`get` only); reused row after row."""
-
-    __slots__ = ("values",)
-
-    def __init__(self) -> None:
-        self.values: Row = ()
-
-    def get(self, field: str, default: Any = None) -> Any:
-        at = _FILTERABLE.get(field)
-        if at is None:
-            return default
-        value = self.values[at]
-        return default if value is _MISSING else value
 
 
 class LocalIndex:
@@ -100,13 +90,14 @@ class LocalIndex:
         # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
         # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
         self._pending: set[int] = set()
+        self._built: dict[int, tuple[Row, Memory]] = {}  # slot -> (the row it was built of, its Memory)
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def nbytes(self) -> int:
         """Return an estimate of the memory the index holds: ROW_BYTES a row plus its text, and its vector."""
-        return len(self._rows) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars
+        return len(self._rows) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars + MEMORY_BYTES * len(self._built)
 
     def pending(self) -> int:
         """Return how many rows still wait for their text to be tokenized."""
@@ -248,9 +239,7 @@ class LocalIndex:
                 top = _distinct_top(positive, scores[positive], limit, self._text_ids)
             else:
                 top = _top(scores, limit)
-            picked = [self._rows[slot] for slot in top]
-            values = scores[top].tolist()
-        return list(zip(map(_memory, picked), values, strict=True))
+            return list(zip(self._memories(top), scores[top].tolist(), strict=True))
 
     def search_dense(self, vector: list[float], where: Filter, limit: int, *,
                      distinct: bool = False) -> list[tuple[Memory, float]]:
@@ -273,8 +262,7 @@ class LocalIndex:
                     np.argpartition(-scores, limit - 1)[:limit]
                 order = order[np.argsort(-scores[order], kind="stable")]
                 top, values = allowed[order].tolist(), scores[order].tolist()
-            picked = [self._rows[slot] for slot in top]
-        return [(memory, float(score)) for memory, score in zip(map(_memory, picked), values, strict=True)]
+            return [(memory, float(score)) for memory, score in zip(self._memories(top), values, strict=True)]
 
     def select(self, where: Filter) -> list[Memory]:
         """Return every row matching the filter, in the order they were first put."""
@@ -292,9 +280,9 @@ class LocalIndex:
                 created = self._created[slots]
                 bound = np.partition(created, end - 1)[end - 1]
                 slots = slots[created <= bound]
-            rows = [self._rows[slot] for slot in slots.tolist()]
-        rows.sort(key=lambda row: (row[_CREATED], _client_id(row)))
-        return list(map(_memory, rows[offset: offset + limit]))
+            rows = self._rows
+            ordered = sorted(slots.tolist(), key=lambda slot: (rows[slot][_CREATED], _client_id(rows[slot])))
+            return self._memories(ordered[offset: offset + limit])
 
     def records(self, where: Filter, fields: list[str]) -> list[Record]:
         """Return the rows matching the filter as the store path answers them (query_all: the id the client
@@ -309,6 +297,20 @@ class LocalIndex:
         at = [(field, _AT[field]) for field in fields]
         return [{field: (_client_id(row) if field == "id" else row[i]) for field, i in at} for row in picked]
 
+    def _memories(self, slots: list[int]) -> list[Memory]:
+        """Return the Memory of each slot's row, built once while the row stays (called with the lock held)."""
+        found = []
+        for slot in slots:
+            row = self._rows[slot]
+            built = self._built.get(slot)
+            if built is None or built[0] is not row:  # never built, or the row was replaced since
+                built = (row, _memory(row))
+                if len(self._built) >= BUILT_ROWS:
+                    self._built.pop(next(iter(self._built)))
+                self._built[slot] = built
+            found.append(built[1])
+        return found
+
     def _matching(self, where: Filter) -> list[int]:
         slots: list[int] = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8)).tolist()
         return slots
@@ -319,16 +321,14 @@ class LocalIndex:
         cached = self._masks.get(key)
         if cached is not None and cached[0] == len(self._changes):
             return cached[1]
-        matches = cast(Callable[[Any], bool], predicate(where))
-        view = _View()
+        matches = tuple_predicate(where, _FILTERABLE)
         if cached is None:
-            mask = bytearray(_tested(matches, view, iter(self._rows)))
+            mask = bytearray(map(matches, self._rows))
         else:
             seen, mask = cached
             mask.extend(bytes(len(self._rows) - len(mask)))
             for slot in self._changes[seen:]:
-                view.values = self._rows[slot]
-                mask[slot] = matches(view)
+                mask[slot] = matches(self._rows[slot])
         if key not in self._masks and len(self._masks) >= CACHED_MASKS:
             self._masks.pop(next(iter(self._masks)))
         self._masks[key] = (len(self._changes), mask)
@@ -373,12 +373,6 @@ class LocalIndex:
 
 
 _KEEP: Counter[str] = Counter()  # _place: the row's postings stay as they are
-
-
-def _tested(matches: Callable[[Any], bool], view: _View, rows: Iterator[Row]) -> Iterator[bool]:
-    for row in rows:
-        view.values = row
-        yield matches(view)
 
 
 def _client_id(row: Row) -> str:

@@ -14,7 +14,8 @@ import operator
 import re
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from operator import itemgetter
+from typing import Any, cast
 
 from acn.storage.base import Filter, Record
 
@@ -44,6 +45,13 @@ def predicate(where: Filter) -> Predicate:
     return _compile(where.template)(where.params)
 
 
+def tuple_predicate(where: Filter, positions: tuple[str, ...]) -> Callable[[tuple[Any, ...]], bool]:
+    """Return `predicate(where)` over rows held as tuples of these fields, in this order (a field absent from
+    `positions` reads as None, as a field absent from a dict row does). Indexing a tuple is ~3x faster than a
+    mapping's `get` per field read: the in-process index tests every row it holds against each new filter."""
+    return cast(Callable[[tuple[Any, ...]], bool], _compile(where.template, positions)(where.params))
+
+
 def supported(where: Filter) -> bool:
     """Return True when the filter's syntax is within the grammar (so `predicate` will not refuse it)."""
     try:
@@ -54,11 +62,11 @@ def supported(where: Filter) -> bool:
 
 
 @lru_cache(maxsize=512)
-def _compile(template: str) -> Compiled:
+def _compile(template: str, positions: tuple[str, ...] | None = None) -> Compiled:
     tokens = _tokens(template)
     if not tokens:
         return lambda params: lambda row: True
-    parser = _Parser(tokens)
+    parser = _Parser(tokens, {field: at for at, field in enumerate(positions)} if positions is not None else None)
     compiled = parser.expression()
     if parser.position != len(tokens):
         raise UnsupportedFilter(f"unexpected {tokens[parser.position][1]!r} in filter")
@@ -85,9 +93,10 @@ def _tokens(template: str) -> list[tuple[str, str]]:
 class _Parser:
     """Recursive descent over the tokens; every rule returns a Compiled."""
 
-    def __init__(self, tokens: list[tuple[str, str]]) -> None:
+    def __init__(self, tokens: list[tuple[str, str]], positions: dict[str, int] | None = None) -> None:
         self.tokens = tokens
         self.position = 0
+        self.positions = positions  # rows are tuples: a field is read at its position (None: rows are dicts)
 
     def peek(self) -> tuple[str, str]:
         return self.tokens[self.position] if self.position < len(self.tokens) else ("end", "")
@@ -133,19 +142,20 @@ class _Parser:
         kind, field = self.take()
         if kind != "word" or field in _KEYWORDS:
             raise UnsupportedFilter(f"expected a field name in filter, found {field!r}")
+        read = _reader(field, self.positions)
         kind, text = self.take()
         if kind == "word" and text == "not":
             self.take("in")
             value = self.value()
-            return lambda params: _member(field, value(params), negated=True)
+            return lambda params: _member(read, value(params), negated=True)
         if kind == "word" and text == "in":
             value = self.value()
-            return lambda params: _member(field, value(params), negated=False)
+            return lambda params: _member(read, value(params), negated=False)
         compare = _COMPARE.get(text) if kind == "op" else None
         if compare is None:
             raise UnsupportedFilter(f"unsupported operator {text!r} in filter")
         value = self.value()
-        return lambda params: _compare(field, compare, value(params))
+        return lambda params: _compare(read, compare, value(params))
 
     def value(self) -> Callable[[dict[str, Any]], Any]:
         kind, text = self.take()
@@ -174,17 +184,27 @@ def _literal(kind: str, text: str) -> Any:
     raise UnsupportedFilter(f"expected a value in filter, found {text!r}")
 
 
-def _compare(field: str, compare: Callable[[Any, Any], bool], value: Any) -> Predicate:
-    return lambda row: compare(row.get(field), value)
+def _reader(field: str, positions: dict[str, int] | None) -> Callable[[Any], Any]:
+    """Return how a row's field is read: `row.get(field)` of a dict, `row[at]` of a tuple (None if not held)."""
+    if positions is None:
+        return lambda row: row.get(field)
+    at = positions.get(field)
+    if at is None:
+        return lambda row: None
+    return itemgetter(at)
 
 
-def _member(field: str, values: Any, *, negated: bool) -> Predicate:
+def _compare(read: Callable[[Any], Any], compare: Callable[[Any, Any], bool], value: Any) -> Predicate:
+    return lambda row: compare(read(row), value)
+
+
+def _member(read: Callable[[Any], Any], values: Any, *, negated: bool) -> Predicate:
     if not isinstance(values, list | tuple | set | frozenset):
         raise UnsupportedFilter(f"`in` needs a list, got {type(values).__name__}")
     allowed = frozenset(values)
     if negated:
-        return lambda row: row.get(field) not in allowed
-    return lambda row: row.get(field) in allowed
+        return lambda row: read(row) not in allowed
+    return lambda row: read(row) in allowed
 
 
 def _all(parts: list[Predicate]) -> Predicate:
