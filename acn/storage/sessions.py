@@ -107,8 +107,12 @@ class SessionRepository:
         # so the cache is the truth; against a server, a one-row version check validates it first.
         self._heads: OrderedDict[tuple[str, str, str], SessionState] = OrderedDict()
         self._exclusive = not getattr(store, "is_server", True)
-        # Lite: sessions whose archiving row this process knows to be clear (it is the only writer).
+        # Lite: sessions whose archiving row this process knows to be clear (it is the only writer). Readers
+        # outside the session lock learn it too (archiving_marks), validated by _archivings: a begin_archive that
+        # may have raced their read bumps it, and what they read is then not kept. Against a server another
+        # replica may begin archiving at any time, unseen here: nothing is remembered there (_exclusive).
         self._clear: set[str] = set()
+        self._archivings = 0
 
     def open(self) -> None:
         """Create and load the collection."""
@@ -239,27 +243,44 @@ class SessionRepository:
 
         Archive rows above that turn were written by a request still running or killed before its commit: readers
         leave them out until the commit (or the session's next turn sweeps them). One primary-key read; sessions
-        this process knows to be clear (Lite, the only writer) are not read. Not under the session lock, so
-        nothing is added to that knowledge here.
+        this process knows to be clear (Lite, the only writer) are not read. Not under the session lock: a session
+        read clear is remembered only when no begin_archive ran meanwhile (_archivings), so a focused assemble
+        reads each session once, not once per search (issue 28: ~3 store round trips a call at 10k memories).
         """
         keys = {_session_key(tenant, Namespace(agent_id=agent, session_id=session)): (agent, session)
                 for agent, session in sessions}
-        wanted = sorted(f"{key}:archiving" for key in keys if key not in self._clear)
+        with self._locks_guard:
+            wanted = sorted(key for key in keys if key not in self._clear)
+            archivings = self._archivings
         if not wanted:
             return {}
-        rows = self.store.query(self.spec.name, Filter("id in {aids}", {"aids": wanted}),
+        ids = [f"{key}:archiving" for key in wanted]
+        rows = self.store.query(self.spec.name, Filter("id in {aids}", {"aids": ids}),
                                 fields=["id", "row", "tenant", "info"], limit=len(wanted))
         marks: dict[tuple[str, str], int] = {}
         for row in rows:
             pair = keys.get(str(row["id"]).removesuffix(":archiving"))
             if pair is not None and row["row"] == ARCHIVING and row["tenant"] == tenant:
                 marks[pair] = int((row.get("info") or {}).get("turn") or 0)
+        if self._exclusive:
+            with self._locks_guard:
+                if archivings == self._archivings:  # no begin_archive since the snapshot: what was read holds
+                    self._clear.update(key for key in wanted if keys[key] not in marks)
         return marks
 
     def begin_archive(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
         """Mark the session as archiving a turn after `state` (cleared by the commit). Call under locked()."""
-        self._clear.discard(_session_key(tenant, namespace))
-        self.store.upsert(self.spec.name, [self._archiving_row(tenant, namespace, state, ARCHIVING)])
+        key = _session_key(tenant, namespace)
+        with self._locks_guard:
+            self._clear.discard(key)
+        try:
+            self.store.upsert(self.spec.name, [self._archiving_row(tenant, namespace, state, ARCHIVING)])
+        finally:
+            # Again once the row landed (or may have): an archiving_marks that read before it may have marked the
+            # session clear in between; the bump makes one still reading drop what it read (see archiving_marks).
+            with self._locks_guard:
+                self._clear.discard(key)
+                self._archivings += 1
 
     def _archiving_row(self, tenant: str, namespace: Namespace, state: SessionState, row: str) -> dict[str, Any]:
         return self._row(tenant, namespace, id=f"{_session_key(tenant, namespace)}:archiving", row=row,
