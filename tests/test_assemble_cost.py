@@ -94,6 +94,29 @@ def test_a_second_assemble_does_not_read_the_sessions_archiving_mark_again(tmp_p
         app.extensions["acn"].close()
 
 
+def test_a_second_assemble_in_a_session_that_never_recorded_a_turn_reads_no_session_row(tmp_path: Path) -> None:
+    # Memories written, no turn recorded: the session has no head. Only this process could write one, so "none"
+    # is remembered like a head (before: one store read per call for the head, one per search for the mark).
+    app = create_app(make_settings(tmp_path))
+    try:
+        assert post(app.test_client(), "memory_write", {**NS, "items": FACTS}).status_code == 200
+    finally:
+        app.extensions["acn"].close()
+    app = opened(tmp_path)
+    try:
+        counted = Counted(app.extensions["acn"].store)
+        first = assembled(app)
+        assert session_reads(counted, app) != []
+        counted.calls.clear()
+        assert assembled(app) == first
+        assert session_reads(counted, app) == []
+        recorded = post(app.test_client(), "record_turn", {**NS, "messages": TURNS[0]})
+        assert recorded.status_code == 200 and recorded.get_json()["turn"] == 1
+        assert "发到上海浦东张江路100号" in assembled(app)["prompt"]  # the new head is what the next call reads
+    finally:
+        app.extensions["acn"].close()
+
+
 def test_without_an_in_process_index_the_second_assemble_reads_only_its_searches(tmp_path: Path) -> None:
     # With no session index every read goes to the store: the standing memories' filtered query (a scan on Lite)
     # and the archiving mark are read once, the searches each call.

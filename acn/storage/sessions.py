@@ -167,6 +167,8 @@ class SessionRepository:
         version = self._stored_version(tenant, namespace)
         self._note_read(tenant, namespace, version)
         if version == 0:
+            if self._exclusive:  # no session yet, and only this process could write one (commit remembers it)
+                self._remember(key, SessionState())
             return SessionState()
         if cached is not None and cached.version == version:
             return cached
