@@ -34,6 +34,9 @@ HEAD = "head"
 COMPRESS_ABOVE = 4096
 COMPRESSED = "z1:"
 HEAD_CACHE_SIZE = 2048
+# Sessions known to have no archiving mark (Lite): forgotten all at once past this many (a forgotten one costs one
+# primary-key read), so a process that reads many sessions does not grow the set without end.
+CLEAR_SESSIONS = 65_536
 SNAPSHOT = "snapshot"
 # A turn's archive is written before its commit: the session's "archiving" row says so until the commit replaces
 # it with a "committed" one (in the same upsert as the head row). A request killed in between leaves the row, and
@@ -221,7 +224,8 @@ class SessionRepository:
             lease.read_version = new.version
         self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text), head_row, done_row])
         if self._exclusive:
-            self._clear.add(_session_key(tenant, namespace))
+            with self._locks_guard:
+                self._mark_clear([_session_key(tenant, namespace)])
         self._remember((tenant, namespace.agent_id, namespace.session_id), new)
         self._prune(tenant, namespace, new.version)
         return new
@@ -237,7 +241,8 @@ class SessionRepository:
                                 fields=["row", "tenant"], limit=1)
         left = bool(rows) and rows[0]["row"] == ARCHIVING and rows[0]["tenant"] == tenant
         if not left and self._exclusive:
-            self._clear.add(key)
+            with self._locks_guard:
+                self._mark_clear([key])
         return left
 
     def archiving_marks(self, tenant: str, sessions: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -267,8 +272,14 @@ class SessionRepository:
         if self._exclusive:
             with self._locks_guard:
                 if archivings == self._archivings:  # no begin_archive since the snapshot: what was read holds
-                    self._clear.update(key for key in wanted if keys[key] not in marks)
+                    self._mark_clear([key for key in wanted if keys[key] not in marks])
         return marks
+
+    def _mark_clear(self, keys: list[str]) -> None:
+        """Remember sessions as having no archiving mark (called with _locks_guard held)."""
+        if len(self._clear) + len(keys) > CLEAR_SESSIONS:
+            self._clear.clear()
+        self._clear.update(keys)
 
     def begin_archive(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
         """Mark the session as archiving a turn after `state` (cleared by the commit). Call under locked()."""

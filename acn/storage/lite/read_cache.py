@@ -7,8 +7,9 @@ each recent session (lite/local_index.py) and, per agent, the sessions that hold
 processes write too, so MemoryRepository builds no ReadCache there.
 
 Three counters tell what is still current: `_epoch` bumps on deletes and failed writes (everything is dropped),
-`_revision` on writes that can change a view, `_archive_epoch` on archive writes. Loads follow one protocol
-(acn/storage/lite/load_once.py).
+`_revision` on writes that can change a view, `_archive_epoch` on archive writes; per agent, the write counters of
+`stamp` (what parked objects and `agent_view`, e.g. a namespace's standing memories, are checked against). Loads
+follow one protocol (acn/storage/lite/load_once.py).
 """
 
 from __future__ import annotations
