@@ -69,6 +69,11 @@ class LocalIndex:
         # Slots written since the index was built, in order: a cached mask re-reads only those.
         self._changes: list[int] = []
         self._masks: dict[Hashable, tuple[int, bytearray]] = {}
+        # The vectors a dense filter allows, copied out once per state of the index: at 10k rows of 512 floats
+        # the copy cost as much as the product (a focused assemble searches two or three times between writes).
+        # One filter's (a session searches with one); `_writes` counts every put (_changes restarts).
+        self._writes = 0
+        self._dense_rows: tuple[Hashable, int, np.ndarray, np.ndarray] | None = None
         # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
         # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
         self._pending: set[int] = set()
@@ -79,7 +84,9 @@ class LocalIndex:
     def nbytes(self) -> int:
         """Return an estimate of the memory the index holds: ROW_BYTES a row (the memory, its scalar fields, its
         terms and postings) plus its text, and its vector."""
-        return len(self._docs) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars
+        dense_rows = self._dense_rows
+        copied = dense_rows[3].nbytes if dense_rows is not None else 0
+        return len(self._docs) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars + copied
 
     def pending(self) -> int:
         """Return how many rows still wait for their text to be tokenized."""
@@ -133,6 +140,7 @@ class LocalIndex:
             self._vectors = _room(self._vectors, slot)
             self._vectors[slot] = vector
         self._changes.append(slot)
+        self._writes += 1
         if len(self._changes) > 4 * len(self._docs) + 1024:  # masks rebuild from scratch; the log restarts
             self._changes.clear()
             self._masks.clear()
@@ -191,10 +199,10 @@ class LocalIndex:
         with self._lock:
             if not self._dim or not self._docs:
                 return []
-            allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
+            allowed, vectors = self._allowed_vectors(where)
             if not len(allowed):
                 return []
-            scores = self._vectors[allowed] @ query
+            scores = vectors @ query
             if distinct:
                 picked = _distinct_top(allowed, scores, limit, self._text_ids)
                 at = np.searchsorted(allowed, picked)  # allowed is ascending: where each picked slot's score is
@@ -203,6 +211,21 @@ class LocalIndex:
                 np.argpartition(-scores, limit - 1)[:limit]
             order = order[np.argsort(-scores[order], kind="stable")]
             return [(self._docs[int(allowed[i])].memory, float(scores[i])) for i in order]
+
+    def _allowed_vectors(self, where: Filter) -> tuple[np.ndarray, np.ndarray]:
+        """Return the slots the filter allows and their vectors, in slot order (called with the lock held).
+
+        The same array `self._vectors[allowed]` gave each search before: the product, and so every score, is the
+        same to the bit (a product over the whole matrix, then indexed, is not: BLAS sums in another order).
+        """
+        key = where.cache_key()
+        kept = self._dense_rows
+        if kept is not None and kept[0] == key and kept[1] == self._writes:
+            return kept[2], kept[3]
+        allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
+        vectors = self._vectors[allowed]
+        self._dense_rows = (key, self._writes, allowed, vectors)
+        return allowed, vectors
 
     def select(self, where: Filter) -> list[Memory]:
         """Return every row matching the filter, in the order they were first put."""
