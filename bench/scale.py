@@ -217,6 +217,8 @@ def main() -> None:
     config = Config(**{**base.__dict__, **{key: value for key, value in vars(args).items()
                                            if key in Config.__dataclass_fields__ and value is not None}})
     command = "python -m bench.scale " + " ".join(sys.argv[1:])
+    if args.dir:
+        args.dir.mkdir(parents=True, exist_ok=True)  # a folder named on the command line need not exist yet
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         text = markdown(run(config, Path(folder)), command.strip())
     print(text)

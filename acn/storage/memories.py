@@ -21,7 +21,7 @@ from acn.storage.base import Filter, Hit, MemoryStore, Record
 from acn.storage.lite.local_index import DISTINCT_FETCH, LocalIndex
 from acn.storage.lite.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, ReadCache, Stamp
 from acn.storage.memory_heads import MemoryHeads
-from acn.storage.memory_queries import MemoryQueries
+from acn.storage.memory_queries import MemoryQueries, scope_key
 from acn.storage.memory_rows import (
     EMBEDDED,
     EMBEDDED_FIELD,
@@ -348,6 +348,18 @@ class MemoryRepository(MemoryQueries):
             self._shared_kept.move_to_end(key)
             while len(self._shared_kept) > SHARED_KEPT:
                 self._shared_kept.popitem(last=False)
+
+    def standing(self, tenant: str, namespace: Namespace, kinds: Sequence[str], *, limit: int) -> list[Memory]:
+        """Return the namespace's live memories of these kinds (see MemoryQueries.standing); with a Lite file kept
+        until the agent or the shared scope writes a memory (ReadCache.agent_view): every assemble reads them, and
+        at 10k memories in one namespace testing and sorting the rows took ~7 % of a call (~21 % BM25 only). Against a
+        server another replica may write at any time unseen here: read every call."""
+        def read() -> list[Memory]:
+            return super(MemoryRepository, self).standing(tenant, namespace, kinds, limit=limit)
+        if self.cache is None or "turn" in kinds:  # archived messages do not bump the agent's stamp
+            return read()
+        key = ("standing", tenant, scope_key(namespace), tuple(kinds), limit)
+        return list(self.cache.agent_view(tenant, namespace.agent_id, key, read))
 
     def view(self, key: Hashable, compute: Callable[[], T]) -> T:
         """Return compute(), remembered until a write that could change it (supersede, update, delete).

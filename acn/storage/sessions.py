@@ -34,6 +34,9 @@ HEAD = "head"
 COMPRESS_ABOVE = 4096
 COMPRESSED = "z1:"
 HEAD_CACHE_SIZE = 2048
+# Sessions known to have no archiving mark (Lite): forgotten all at once past this many (a forgotten one costs one
+# primary-key read), so a process that reads many sessions does not grow the set without end.
+CLEAR_SESSIONS = 65_536
 SNAPSHOT = "snapshot"
 # A turn's archive is written before its commit: the session's "archiving" row says so until the commit replaces
 # it with a "committed" one (in the same upsert as the head row). A request killed in between leaves the row, and
@@ -107,8 +110,12 @@ class SessionRepository:
         # so the cache is the truth; against a server, a one-row version check validates it first.
         self._heads: OrderedDict[tuple[str, str, str], SessionState] = OrderedDict()
         self._exclusive = not getattr(store, "is_server", True)
-        # Lite: sessions whose archiving row this process knows to be clear (it is the only writer).
+        # Lite: sessions whose archiving row this process knows to be clear (it is the only writer). Readers
+        # outside the session lock learn it too (archiving_marks), validated by _archivings: a begin_archive that
+        # may have raced their read bumps it, and what they read is then not kept. Against a server another
+        # replica may begin archiving at any time, unseen here: nothing is remembered there (_exclusive).
         self._clear: set[str] = set()
+        self._archivings = 0
 
     def open(self) -> None:
         """Create and load the collection."""
@@ -163,6 +170,8 @@ class SessionRepository:
         version = self._stored_version(tenant, namespace)
         self._note_read(tenant, namespace, version)
         if version == 0:
+            if self._exclusive:  # no session yet, and only this process could write one (commit remembers it)
+                self._remember(key, SessionState())
             return SessionState()
         if cached is not None and cached.version == version:
             return cached
@@ -215,7 +224,8 @@ class SessionRepository:
             lease.read_version = new.version
         self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text), head_row, done_row])
         if self._exclusive:
-            self._clear.add(_session_key(tenant, namespace))
+            with self._locks_guard:
+                self._mark_clear([_session_key(tenant, namespace)])
         self._remember((tenant, namespace.agent_id, namespace.session_id), new)
         self._prune(tenant, namespace, new.version)
         return new
@@ -231,7 +241,8 @@ class SessionRepository:
                                 fields=["row", "tenant"], limit=1)
         left = bool(rows) and rows[0]["row"] == ARCHIVING and rows[0]["tenant"] == tenant
         if not left and self._exclusive:
-            self._clear.add(key)
+            with self._locks_guard:
+                self._mark_clear([key])
         return left
 
     def archiving_marks(self, tenant: str, sessions: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -239,27 +250,50 @@ class SessionRepository:
 
         Archive rows above that turn were written by a request still running or killed before its commit: readers
         leave them out until the commit (or the session's next turn sweeps them). One primary-key read; sessions
-        this process knows to be clear (Lite, the only writer) are not read. Not under the session lock, so
-        nothing is added to that knowledge here.
+        this process knows to be clear (Lite, the only writer) are not read. Not under the session lock: a session
+        read clear is remembered only when no begin_archive ran meanwhile (_archivings), so a focused assemble
+        reads each session once, not once per search (issue 28: ~3 store round trips a call at 10k memories).
         """
         keys = {_session_key(tenant, Namespace(agent_id=agent, session_id=session)): (agent, session)
                 for agent, session in sessions}
-        wanted = sorted(f"{key}:archiving" for key in keys if key not in self._clear)
+        with self._locks_guard:
+            wanted = sorted(key for key in keys if key not in self._clear)
+            archivings = self._archivings
         if not wanted:
             return {}
-        rows = self.store.query(self.spec.name, Filter("id in {aids}", {"aids": wanted}),
+        ids = [f"{key}:archiving" for key in wanted]
+        rows = self.store.query(self.spec.name, Filter("id in {aids}", {"aids": ids}),
                                 fields=["id", "row", "tenant", "info"], limit=len(wanted))
         marks: dict[tuple[str, str], int] = {}
         for row in rows:
             pair = keys.get(str(row["id"]).removesuffix(":archiving"))
             if pair is not None and row["row"] == ARCHIVING and row["tenant"] == tenant:
                 marks[pair] = int((row.get("info") or {}).get("turn") or 0)
+        if self._exclusive:
+            with self._locks_guard:
+                if archivings == self._archivings:  # no begin_archive since the snapshot: what was read holds
+                    self._mark_clear([key for key in wanted if keys[key] not in marks])
         return marks
+
+    def _mark_clear(self, keys: list[str]) -> None:
+        """Remember sessions as having no archiving mark (called with _locks_guard held)."""
+        if len(self._clear) + len(keys) > CLEAR_SESSIONS:
+            self._clear.clear()
+        self._clear.update(keys)
 
     def begin_archive(self, tenant: str, namespace: Namespace, state: SessionState) -> None:
         """Mark the session as archiving a turn after `state` (cleared by the commit). Call under locked()."""
-        self._clear.discard(_session_key(tenant, namespace))
-        self.store.upsert(self.spec.name, [self._archiving_row(tenant, namespace, state, ARCHIVING)])
+        key = _session_key(tenant, namespace)
+        with self._locks_guard:
+            self._clear.discard(key)
+        try:
+            self.store.upsert(self.spec.name, [self._archiving_row(tenant, namespace, state, ARCHIVING)])
+        finally:
+            # Again once the row landed (or may have): an archiving_marks that read before it may have marked the
+            # session clear in between; the bump makes one still reading drop what it read (see archiving_marks).
+            with self._locks_guard:
+                self._clear.discard(key)
+                self._archivings += 1
 
     def _archiving_row(self, tenant: str, namespace: Namespace, state: SessionState, row: str) -> dict[str, Any]:
         return self._row(tenant, namespace, id=f"{_session_key(tenant, namespace)}:archiving", row=row,

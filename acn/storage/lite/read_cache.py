@@ -7,8 +7,9 @@ each recent session (lite/local_index.py) and, per agent, the sessions that hold
 processes write too, so MemoryRepository builds no ReadCache there.
 
 Three counters tell what is still current: `_epoch` bumps on deletes and failed writes (everything is dropped),
-`_revision` on writes that can change a view, `_archive_epoch` on archive writes. Loads follow one protocol
-(acn/storage/lite/load_once.py).
+`_revision` on writes that can change a view, `_archive_epoch` on archive writes; per agent, the write counters of
+`stamp` (what parked objects and `agent_view`, e.g. a namespace's standing memories, are checked against). Loads
+follow one protocol (acn/storage/lite/load_once.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from acn.storage.memory_rows import (
 CACHED_ARCHIVES = 256
 CACHED_ARCHIVE_ROWS = 200_000
 CACHED_VIEWS = 1024
+CACHED_AGENT_VIEWS = 256  # views of what an agent's namespace reads (agent_view), least recently used out first
 CACHED_POOLS = 64
 # Sessions whose readable rows are searched in memory: at most this many (and about as many rows in all as the
 # repository is given). A session that can read more rows than the store's query window is searched in the store.
@@ -94,6 +96,7 @@ class ReadCache:
         self._archive_epoch = 0  # bumps on every archive write: a load that raced one is not kept
         self._revision = 0  # bumps on writes that can change a view (not on inserting new memories)
         self._views: dict[Hashable, tuple[int, Any]] = {}
+        self._agent_views: OrderedDict[Hashable, tuple[Stamp, Any]] = OrderedDict()  # see agent_view
         # Write counters that tell whether what a batch writer loaded is still what the store holds: per
         # agent (its session, user and agent scopes), per tenant for the shared scope, and an epoch for
         # deletes and failures. Archived messages are not counted (no dedup index holds them).
@@ -254,6 +257,7 @@ class ReadCache:
             self._session_loads.clear_overflow()  # a delete may have made an agent small again
             self._archives.clear()
             self._views.clear()
+            self._agent_views.clear()
             self._parked.clear()
             self._revision += 1
             self._archive_epoch += 1
@@ -305,6 +309,28 @@ class ReadCache:
             if len(self._views) >= CACHED_VIEWS:
                 self._views.clear()
             self._views[key] = (revision, value)  # a write during compute() bumped the revision: recomputed next time
+        return value
+
+    def agent_view(self, tenant: str, agent_id: str, key: Hashable, compute: Callable[[], T]) -> T:
+        """Return compute(), remembered until the agent (or the tenant's shared scope) writes a memory that is not
+        an archived message, or anything is deleted (the agent's stamp, as park/unpark use it).
+
+        For reads of an agent's memories that a new memory can change, such as what is in force (standing
+        memories): unlike `view`, inserting counts. Archived messages do not bump the stamp: a view that reads
+        them must not be kept here.
+        """
+        with self._lock:
+            stamp = self._stamp(tenant, agent_id)
+            cached = self._agent_views.get(key)
+            if cached is not None and cached[0] == stamp:
+                self._agent_views.move_to_end(key)
+                return cast(T, cached[1])
+        value = compute()
+        with self._lock:  # a write during compute() changed the stamp: this one is stale at once, recomputed next
+            self._agent_views[key] = (stamp, value)
+            self._agent_views.move_to_end(key)
+            while len(self._agent_views) > CACHED_AGENT_VIEWS:
+                self._agent_views.popitem(last=False)
         return value
 
     def archived_messages(self, tenant: str, namespace: Namespace, turns: set[int]) -> list[Memory] | None:

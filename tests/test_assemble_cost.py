@@ -1,0 +1,256 @@
+"""What a focused assemble reads again on its next call, and that what it keeps in between stays true (issue 28).
+
+On a Lite file this process is the only writer: a session's "archiving" mark read clear and a namespace's standing
+memories (identity, constraints, decisions) are kept between calls, and an in-process index keeps the vectors a
+dense search allows. Each cached answer is compared with the uncached one, and each write that must invalidate
+it is made between two calls. Store calls are counted with tests.test_new_session_cost.Counted (a spy: every
+call still reaches the real store).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flask import Flask
+
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.conversation import group_turns
+from acn.common.models import Memory, Message, Namespace
+from acn.memory.archive import archive_new_turns
+from acn.server import create_app
+from acn.storage.base import Filter
+from acn.storage.lite.local_index import LocalIndex
+from tests.conftest import make_settings, post
+from tests.test_new_session_cost import Counted
+
+NS = {"agent_id": "cost-agent", "session_id": "cost-chat"}
+FACTS = [
+    {"kind": "identity", "content": "我是VIP客户，叫王小明"},
+    {"kind": "constraint", "content": "退款只能原路返回"},
+    {"kind": "decision", "content": "发票抬头用星辰科技有限公司"},
+    {"kind": "fact", "content": "订单ORD-123456的收货地址是上海浦东张江路100号"},
+    {"kind": "fact", "content": "大学室友上个月搬去成都了"},
+    {"kind": "fact", "content": "大学室友最近转行当律师助理了"},
+]
+TURNS = [[{"role": "user", "content": "我的订单ORD-123456发到哪里？"},
+          {"role": "assistant", "content": "发到上海浦东张江路100号。"}],
+         [{"role": "user", "content": "我大学室友搬去成都了"}, {"role": "assistant", "content": "好的，记下了。"}]]
+ASK = {**NS, "mode": "focused", "user_input": "搬去成都的那位现在做什么工作？订单发到哪？", "max_tokens": 1000}
+
+
+def seeded(path: Path, **settings: Any) -> None:
+    """Write the session's turns and memories, then close: the next app has not seen this session record a turn."""
+    app = create_app(make_settings(path, **settings))
+    try:
+        client = app.test_client()
+        for messages in TURNS:
+            assert post(client, "record_turn", {**NS, "messages": messages}).status_code == 200
+        assert post(client, "memory_write", {**NS, "items": FACTS}).status_code == 200
+    finally:
+        app.extensions["acn"].close()
+
+
+def opened(path: Path, **settings: Any) -> Flask:
+    app = create_app(make_settings(path, **settings))
+    runtime = app.extensions["acn"]
+    if runtime.memories.warming is not None:
+        runtime.memories.warming.join()
+    if runtime.warmer is not None:
+        runtime.warmer.done.wait(60)
+    if runtime.memories.cache is not None:
+        runtime.memories.cache.settle()
+    return app
+
+
+def assembled(app: Flask, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    response = post(app.test_client(), "assemble", body or ASK)
+    assert response.status_code == 200, response.get_json()
+    result: dict[str, Any] = response.get_json()
+    return {key: result[key] for key in ("messages", "prompt", "sources", "dropped", "tokens")}
+
+
+def session_reads(counted: Counted, app: Flask) -> list[tuple[str, str, int, bool]]:
+    sessions = app.extensions["acn"].sessions.spec.name
+    return [call for call in counted.calls if call[1] == sessions]
+
+
+def test_a_second_assemble_does_not_read_the_sessions_archiving_mark_again(tmp_path: Path) -> None:
+    # After a restart the process has not seen the session record a turn: the first assemble reads its archiving
+    # mark (one primary-key read), the second none. Before issue 28's change each search of each call read it.
+    seeded(tmp_path)
+    app = opened(tmp_path)
+    try:
+        runtime = app.extensions["acn"]
+        counted = Counted(runtime.store)
+        first = assembled(app)
+        assert session_reads(counted, app) != []  # the head and its snapshot (cold), the archiving mark
+        counted.calls.clear()
+        second = assembled(app)
+        assert session_reads(counted, app) == []
+        assert second == first
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_a_second_assemble_in_a_session_that_never_recorded_a_turn_reads_no_session_row(tmp_path: Path) -> None:
+    # Memories written, no turn recorded: the session has no head. Only this process could write one, so "none"
+    # is remembered like a head (before: one store read per call for the head, one per search for the mark).
+    app = create_app(make_settings(tmp_path))
+    try:
+        assert post(app.test_client(), "memory_write", {**NS, "items": FACTS}).status_code == 200
+    finally:
+        app.extensions["acn"].close()
+    app = opened(tmp_path)
+    try:
+        counted = Counted(app.extensions["acn"].store)
+        first = assembled(app)
+        assert session_reads(counted, app) != []
+        counted.calls.clear()
+        assert assembled(app) == first
+        assert session_reads(counted, app) == []
+        recorded = post(app.test_client(), "record_turn", {**NS, "messages": TURNS[0]})
+        assert recorded.status_code == 200 and recorded.get_json()["turn"] == 1
+        assert "发到上海浦东张江路100号" in assembled(app)["prompt"]  # the new head is what the next call reads
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_without_an_in_process_index_the_second_assemble_reads_only_its_searches(tmp_path: Path) -> None:
+    # With no session index every read goes to the store: the standing memories' filtered query (a scan on Lite)
+    # and the archiving mark are read once, the searches each call.
+    seeded(tmp_path, local_index_rows=0)
+    app = opened(tmp_path, local_index_rows=0)
+    try:
+        counted = Counted(app.extensions["acn"].store)
+        first = assembled(app)
+        counted.calls.clear()
+        second = assembled(app)
+        assert second == first
+        memories = app.extensions["acn"].memories.spec.name
+        assert session_reads(counted, app) == []
+        assert {name for name, collection, _, _ in counted.calls if collection == memories} <= {"search_text"}
+        assert [name for name, _, _, _ in counted.calls if name == "query"] == []
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_a_session_that_begins_archiving_after_an_assemble_read_it_clear_hides_the_uncommitted_rows(
+        tmp_path: Path) -> None:
+    # The assemble remembers the session's mark as clear; a turn then begins archiving (a request killed before
+    # its commit leaves exactly this): the next assemble must leave that turn's rows out.
+    seeded(tmp_path)
+    app = opened(tmp_path)
+    runtime = app.extensions["acn"]
+    try:
+        assembled(app, {**ASK, "user_input": "zebra 订单发到哪？"})
+        namespace = Namespace(**NS)
+        with runtime.sessions.locked(DEFAULT_TENANT, namespace):
+            state = runtime.sessions.head(DEFAULT_TENANT, namespace)
+            runtime.sessions.begin_archive(DEFAULT_TENANT, namespace, state)
+            killed = [Message(role="user", content="never acknowledged zebra 订单", turn=state.turn + 1)]
+            archive_new_turns(runtime.memories, DEFAULT_TENANT, namespace, group_turns(killed, state.turn + 1))
+        after = assembled(app, {**ASK, "user_input": "zebra 订单发到哪？", "max_tokens": 2000})
+        assert "订单ORD-123456" in after["prompt"]
+        assert not any("never acknowledged" in str(m["content"]) for m in after["messages"])
+    finally:
+        runtime.close()
+
+
+def test_a_begin_archive_racing_the_read_of_a_clear_mark_is_not_forgotten(tmp_path: Path) -> None:
+    # archiving_marks reads without the session lock: a begin_archive may land between its read (no mark) and
+    # what it remembers. Played here in that order: the read answers, then the mark is written, then the reader
+    # goes on. The session must not be taken for clear afterwards.
+    seeded(tmp_path)
+    app = opened(tmp_path)
+    runtime = app.extensions["acn"]
+    try:
+        sessions, namespace = runtime.sessions, Namespace(**NS)
+        query = runtime.store.query
+        raced: list[bool] = []
+
+        def read_then_archive(collection: str, where: Filter, **kwargs: Any) -> Any:
+            rows = query(collection, where, **kwargs)
+            if collection == sessions.spec.name and where.template == "id in {aids}" and not raced:
+                raced.append(True)
+                with sessions.locked(DEFAULT_TENANT, namespace):
+                    sessions.begin_archive(DEFAULT_TENANT, namespace, sessions.head(DEFAULT_TENANT, namespace))
+            return rows
+
+        runtime.store.query = read_then_archive
+        pair = (NS["agent_id"], NS["session_id"])
+        assert sessions.archiving_marks(DEFAULT_TENANT, [pair]) == {}  # what it read before the mark landed
+        assert raced == [True]
+        assert sessions.archiving_marks(DEFAULT_TENANT, [pair]) == {pair: 2}
+    finally:
+        runtime.close()
+
+
+def test_standing_memories_written_after_an_assemble_are_in_the_next(tmp_path: Path) -> None:
+    # The namespace's standing memories are kept between calls; a new one, a superseding one and a delete by this
+    # process are seen by the next call, which answers as a process that never cached anything.
+    seeded(tmp_path)
+    app = opened(tmp_path)
+    runtime = app.extensions["acn"]
+    try:
+        client = app.test_client()
+        before = assembled(app)
+        assert "星辰科技" in before["prompt"] and "只能走对公账户" not in before["prompt"]
+        written = post(client, "memory_write", {**NS, "items": [{"kind": "constraint", "content": "转账只能走对公账户"}]})
+        assert written.status_code == 200
+        added = assembled(app)
+        assert "转账只能走对公账户" in added["prompt"]
+        decision = next(m for m in runtime.memories.standing(DEFAULT_TENANT, Namespace(**NS), ["decision"], limit=10))
+        assert client.delete(f"/v1/memories/{decision.id}").status_code == 200
+        deleted = assembled(app)
+        assert "星辰科技" not in deleted["prompt"]
+        runtime.memories.cache.forget_all()  # the uncached answer for the same store
+        assert assembled(app) == deleted
+    finally:
+        runtime.close()
+
+
+def test_standing_memories_of_another_session_of_the_agent_written_meanwhile_are_seen(tmp_path: Path) -> None:
+    # An agent-scope decision written from another session is read by this one: it must invalidate too.
+    seeded(tmp_path)
+    app = opened(tmp_path)
+    try:
+        client = app.test_client()
+        assert "星辰科技" in assembled(app)["prompt"]
+        other = {**NS, "session_id": "cost-other"}
+        written = post(client, "memory_write", {**other, "items": [
+            {"kind": "decision", "content": "以后都用顺丰发货", "scope": "agent"}]})
+        assert written.status_code == 200
+        assert "以后都用顺丰发货" in assembled(app)["prompt"]
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_the_kept_dense_rows_score_as_a_fresh_copy_and_follow_writes() -> None:
+    # The index keeps the vectors a filter allows between searches; a put changes them. Scores are compared to
+    # the bit with a search on an index that never searched before.
+    rng = np.random.default_rng(7)
+    rows = [(f"mem_{n:04x}", rng.standard_normal(16).tolist(), "a" if n % 3 else "b") for n in range(300)]
+
+    def index_of(count: int) -> LocalIndex:
+        index = LocalIndex(16)
+        for memory_id, vector, kind in rows[:count]:
+            index.put(memory_of(memory_id, kind), {"id": memory_id, "kind": kind, "dense": vector})
+        return index
+
+    where = Filter('kind == "a"')
+    query = rng.standard_normal(16).tolist()
+    kept = index_of(250)
+    first = kept.search_dense(query, where, 40)
+    assert kept.search_dense(query, where, 40) == first == index_of(250).search_dense(query, where, 40)
+    for memory_id, vector, kind in rows[250:]:
+        kept.put(memory_of(memory_id, kind), {"id": memory_id, "kind": kind, "dense": vector})
+    after = kept.search_dense(query, where, 300)
+    assert after == index_of(300).search_dense(query, where, 300)
+    assert len(after) == sum(1 for _, _, kind in rows if kind == "a")
+
+
+def memory_of(memory_id: str, kind: str) -> Memory:
+    return Memory(id=memory_id, kind="fact" if kind == "a" else "todo", content=memory_id, scope="session",
+                  agent_id="a", session_id="s", created_at=1, updated_at=1, version=1, importance=5.0)
