@@ -231,7 +231,7 @@ def test_the_kept_dense_rows_score_as_a_fresh_copy_and_follow_writes() -> None:
     # The index keeps the vectors a filter allows between searches; a put changes them. Scores are compared to
     # the bit with a search on an index that never searched before.
     rng = np.random.default_rng(7)
-    rows = [(f"mem_{n:04x}", rng.standard_normal(16).tolist(), "a" if n % 3 else "b") for n in range(300)]
+    rows = [(f"mem_{n:04x}", rng.standard_normal(16).tolist(), "fact" if n % 3 else "todo") for n in range(300)]
 
     def index_of(count: int) -> LocalIndex:
         index = LocalIndex(16)
@@ -239,7 +239,7 @@ def test_the_kept_dense_rows_score_as_a_fresh_copy_and_follow_writes() -> None:
             index.put(memory_of(memory_id, kind), {"id": memory_id, "kind": kind, "dense": vector})
         return index
 
-    where = Filter('kind == "a"')
+    where = Filter('kind == "fact"')
     query = rng.standard_normal(16).tolist()
     kept = index_of(250)
     first = kept.search_dense(query, where, 40)
@@ -248,9 +248,9 @@ def test_the_kept_dense_rows_score_as_a_fresh_copy_and_follow_writes() -> None:
         kept.put(memory_of(memory_id, kind), {"id": memory_id, "kind": kind, "dense": vector})
     after = kept.search_dense(query, where, 300)
     assert after == index_of(300).search_dense(query, where, 300)
-    assert len(after) == sum(1 for _, _, kind in rows if kind == "a")
+    assert len(after) == sum(1 for _, _, kind in rows if kind == "fact")
 
 
 def memory_of(memory_id: str, kind: str) -> Memory:
-    return Memory(id=memory_id, kind="fact" if kind == "a" else "todo", content=memory_id, scope="session",
+    return Memory(id=memory_id, kind=kind, content=memory_id, scope="session",  # type: ignore[arg-type]
                   agent_id="a", session_id="s", created_at=1, updated_at=1, version=1, importance=5.0)
