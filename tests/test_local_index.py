@@ -23,7 +23,15 @@ from acn.storage.base import CollectionSpec, Filter
 from acn.storage.lite.local_index import LocalIndex, stored_row
 from acn.storage.lite.predicate import UnsupportedFilter, predicate
 from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import kinds_filter, live_filter, memory_spec, new_memory_id, scope_filter, to_record
+from acn.storage.memory_rows import (
+    client_id,
+    kinds_filter,
+    live_filter,
+    memory_spec,
+    new_memory_id,
+    scope_filter,
+    to_record,
+)
 from acn.storage.milvus import MilvusStore
 from bench.seed_suite import generate
 from tests.conftest import make_settings, post
@@ -80,6 +88,19 @@ def test_filters_select_the_rows_the_store_selects(seeded: Any) -> None:
         stored = {row["id"] for row in store.query(spec.name, where, fields=["id"], limit=1000)}
         matches = predicate(where)
         assert {r["id"] for r in records if matches(stored_row(r))} == stored, where.template
+
+
+def test_held_rows_select_the_rows_the_store_selects(seeded: Any) -> None:
+    # The index holds each row as a tuple and tests it by position (predicate.tuple_predicate): the same rows as
+    # the store's query, for every filter the repositories build.
+    store, spec, records = seeded
+    index = LocalIndex(0)
+    for record in records:
+        index.put_row(record, tokenize=False)
+    for where in filters():
+        stored = {client_id(str(row["id"])) for row in store.query(spec.name, where, fields=["id"], limit=1000)}
+        assert {m.id for m in index.select(where)} == stored, where.template
+        assert {row["id"] for row in index.records(where, ["id", "kind"])} == stored, where.template
 
 
 @pytest.mark.parametrize("template", ['content like "退%"', "json_contains(doc, 1)", "agent_id ==",
