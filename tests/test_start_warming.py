@@ -14,6 +14,7 @@ import pytest
 from flask import Flask
 
 from acn.app.runtime import Runtime
+from acn.assembly.warm import texts_budget
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.memory.items import MemoryItem
@@ -23,6 +24,8 @@ from acn.server import create_app
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import new_memory_id
 from acn.storage.milvus import MilvusStore
+from acn.text.byte_cache import TEXT_CACHE
+from acn.text.terms import segmented
 from tests.conftest import ENGINE, make_settings, post
 from tests.test_new_session_cost import Counted, other_rows
 
@@ -184,3 +187,24 @@ def test_a_warmed_sessions_first_assemble_and_record_turn_test_no_filter_the_war
         assert set(index._masks) == tested
     finally:
         runtime.close()
+
+
+@needs_index
+def test_the_warmer_segments_the_most_recent_sessions_texts_within_its_share_of_the_text_cache(tmp_path: Path) -> None:
+    # The re-ranker's content terms (jieba's HMM, ~1-2 ms a Chinese text) were the first assemble's main cost after
+    # a restart. A 1 MB text cache allows the pass 512 KB (~2 KB a text here): all of the most recent session's
+    # texts, and at most a part of the older one's.
+    recent, older = Namespace(agent_id="seg-recent", session_id="chat"), Namespace(agent_id="seg-older", session_id="chat")
+    newer_rows, older_rows = rows_of(recent, 150), rows_of(older, 150, age_ms=120_000)
+    TEXT_CACHE.clear()
+    app, runtime = stored_then_restarted(tmp_path, [older_rows, newer_rows], text_cache_mb=1)
+    try:
+        warmer = warmed(runtime)
+        assert warmer.progress()["warmed"] == 2
+        assert 0 < warmer.texts_used <= texts_budget() + 4096
+        assert [row.content for row in newer_rows if segmented(row.content)] == []  # each was kept: nothing to add
+        kept_older = [row.content for row in older_rows if not segmented(row.content)]
+        assert len(kept_older) < len(older_rows) // 2
+    finally:
+        runtime.close()
+        TEXT_CACHE.resize(32 << 20)

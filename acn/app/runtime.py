@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
-from acn.assembly.warm import warm_reads
+from acn.assembly.warm import texts_budget, warm_reads, warm_texts
 from acn.common.settings import Settings
 from acn.memory.warmer import Warmer
 from acn.providers.embedders import Embedder
@@ -191,6 +191,8 @@ class Runtime:
         budget = min(settings.warm_mb, settings.read_cache_mb if memories.cache is not None else settings.warm_mb)
         runtime.warmer = Warmer(memories, budget_bytes=budget << 20,
                                 reads=lambda tenant, namespace: warm_reads(memories, tenant, namespace),
+                                texts=lambda tenant, namespace, budget: warm_texts(memories, tenant, namespace, budget),
+                                texts_bytes=texts_budget(),
                                 ).start(existed=memories.existed)
         log.info("store ready", extra={"store": store.info()})
         return runtime

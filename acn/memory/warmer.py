@@ -48,17 +48,26 @@ POOL_ROW_BYTES = 700
 TEXT_ROW_BYTES = 200
 log = logging.getLogger("acn.store")
 Reads = Callable[[str, Namespace], None]  # (tenant, namespace): reads to make of a warmed session
+# (tenant, namespace, bytes allowed): text work to do for a warmed session, within the bytes; returns the bytes used.
+TextWork = Callable[[str, Namespace, int], int]
 
 
 class Warmer:
     """The background pass that warms recently active sessions after a start; /readyz reports it."""
 
     def __init__(self, memories: MemoryRepository, *, budget_bytes: int, sessions: int = WARM_SESSIONS,
-                 reads: Reads | None = None) -> None:
+                 reads: Reads | None = None, texts: TextWork | None = None, texts_bytes: int = 0) -> None:
         self.memories = memories
         # Reads a node makes of a warmed session (acn/assembly/warm.py, wired by the runtime): made once, so that
         # what the index keeps of them is there before the first call.
         self.reads = reads
+        # Text work for the warmed sessions, most recently active first, within texts_bytes for the whole pass (the
+        # text cache's share, acn/assembly/warm.py's warm_texts): done after every session is warmed, so that the
+        # most recent sessions get it and a pass over many sessions does not segment every text they hold.
+        self.texts = texts
+        self.texts_bytes = texts_bytes
+        self.texts_used = 0
+        self._warmed: list[tuple[str, Namespace]] = []
         self.budget_bytes = budget_bytes
         self.sessions = sessions
         self.done = threading.Event()
@@ -90,7 +99,8 @@ class Warmer:
 
     def progress(self) -> dict[str, int]:
         return {"sessions": self.listed, "warmed": self.warmed, "cold": self.cold,
-                "held_mb": self.held_bytes >> 20, "budget_mb": self.budget_bytes >> 20}
+                "held_mb": self.held_bytes >> 20, "budget_mb": self.budget_bytes >> 20,
+                "texts_kb": self.texts_used >> 10}
 
     def run(self) -> None:
         try:
@@ -111,6 +121,7 @@ class Warmer:
                     self.cold += 1
                     continue
                 self.warm(tenant, namespace)
+            self.warm_texts()
             log.info("warmed %d recently active sessions (%d MB), %d left cold", self.warmed,
                      self.held_bytes >> 20, self.cold)
         except Exception:  # only a warm-up: the first calls load what they need themselves, as before
@@ -140,6 +151,13 @@ class Warmer:
             planned_bytes, planned_rows = planned_bytes + size, planned_rows + rows
         return chosen[::-1]
 
+    def warm_texts(self) -> None:
+        """Do the text work for the warmed sessions, most recently active first, until its bytes are used."""
+        for tenant, namespace in reversed(self._warmed):
+            if self.texts is None or self.texts_used >= self.texts_bytes or self._stop.is_set():
+                break
+            self.texts_used += self.texts(tenant, namespace, self.texts_bytes - self.texts_used)
+
     def warm(self, tenant: str, namespace: Namespace) -> None:
         """Warm one session: its index (Lite), then its dedup pool; counted against the budget."""
         cache = self.memories.cache
@@ -154,3 +172,4 @@ class Warmer:
         pool = Pool.warm(self.memories, tenant, namespace, DEFAULT_BATCH)
         self.held_bytes += (cache.nbytes() - before) if cache is not None else pool.nbytes()
         self.warmed += 1
+        self._warmed.append((tenant, namespace))

@@ -69,6 +69,12 @@ class MemoryQueries(ABC):
         """Return the rows matching `where` among those the namespace can read, from memory (None: not held)."""
         return None
 
+    def texts_held(self, tenant: str, namespace: Namespace) -> list[str]:
+        """Return the texts of every row the namespace can read (archived turns too), in write order, when they are
+        held in memory; empty otherwise (a server, or an index not loaded)."""
+        held = self.rows_held(tenant, namespace, readable(namespace, exclude_turns=False), ["content"])
+        return [str(row["content"]) for row in held or []]
+
     def search_readable(self, tenant: str, namespace: Namespace, query: str, *, scopes: Sequence[str] | None,
                         include_superseded: bool, kinds: Sequence[str] | None, limit: int,
                         text_query: str | None = None, distinct: bool = False) -> list[Scored]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from acn.text.byte_cache import TEXT_CACHE, items_bytes, text_bytes
+from acn.text.byte_cache import ENTRY_BYTES, TEXT_CACHE, items_bytes, text_bytes
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9'_-]*")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -75,6 +75,17 @@ def content_term_set(text: str) -> frozenset[str]:
 @TEXT_CACHE.cached(items_bytes)
 def _content_term_set(text: str) -> frozenset[str]:
     return frozenset(_content_terms(text))
+
+
+def segmented(text: str) -> int:
+    """Compute and keep a text's content terms (content_terms, content_term_set) unless kept already; return about
+    the bytes that added to the text cache (0 when they were kept)."""
+    if _content_term_set.holds(text):
+        return 0
+    terms = content_term_set(text)
+    # Two entries, each with its key text; the tuple and the set hold the same strings (counted twice, as
+    # byte_cache counts them).
+    return 2 * (ENTRY_BYTES + text_bytes(text) + items_bytes(terms))
 
 
 _INFLECTIONS = ("", "s", "ed", "ing", "er")
