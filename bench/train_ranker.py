@@ -1,15 +1,18 @@
 """Train the learned ranker of focused recall (acn/retrieval/ranker.py) on the dev halves of bench.recall.
 
 Run: .venv/bin/python -m bench.train_ranker [--check] [--workers 2] [--vector-cache /tmp/vectors.sqlite]
-                                            [--data-cache /tmp/ranker-data.npz] [--suites ...] [--budgets ...]
+                                            [--data-cache /tmp/ranker-data.json.gz] [--suites ...] [--budgets ...]
 
 1. Collect: every dev case of the suites (fixed seeds: LoCoMo 0–4, MADial even dialogues, the even seeds of the
    generated suites) is fed to our app (record_turn, ACN_EMBEDDER=use) and each dev question asked through
    focused `assemble` at each budget, with the hand-tuned order (ACN_RANKER=off); the ranker's OBSERVER receives
-   the features of the candidates that passed the floor. A candidate is relevant when it is an evidence message
-   (its dia_id) or holds one's text word for word.
-2. Train: LightGBM lambdarank, one query group per (question, budget), deterministic (one thread, fixed seed).
-3. Export: the trees as arrays (acn/retrieval/ranker_model.json, mode "hybrid"); numbers to 9 significant digits.
+   the candidates that passed the floor (with their days). A candidate is relevant when it is an evidence message
+   (its dia_id) or holds one's text word for word. `--data-cache` keeps the candidates themselves (not their
+   features), with each one's tokens and whether the hand-tuned context held it: a changed feature list retrains
+   from the same file, and an offline replay of the budget can compare orders without asking again.
+2. Features: today's ranker.features of every question that has evidence among its candidates.
+3. Train: LightGBM lambdarank, one query group per (question, budget), deterministic (one thread, fixed seed).
+4. Export: the trees as arrays (acn/retrieval/ranker_model.json, mode "hybrid"); numbers to 9 significant digits.
 
 The same seeds give the same file: the command says whether the new file differs from the one in the package
 (with --check it does not write it and exits 1 when it differs). Test halves are never read here.
@@ -18,6 +21,7 @@ The same seeds give the same file: the command says whether the new file differs
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import multiprocessing
 import os
@@ -30,7 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from acn.common.models import Memory
 from acn.retrieval import ranker
+from acn.retrieval.rank import Ranked
+from acn.text.tokens import load_tokenizer
 from bench.progress import progress
 from bench.recall import SUITES, Case, Ours, build_cases, data_folder
 from bench.scoring import collect_ids, fold
@@ -48,7 +55,7 @@ PARAMS: dict[str, Any] = {
     "learning_rate": 0.1,
     "num_leaves": 15,
     "max_depth": 5,
-    "min_data_in_leaf": 50,
+    "min_data_in_leaf": 200,
     "feature_fraction": 0.9,
     "bagging_fraction": 0.8,
     "bagging_freq": 1,
@@ -78,18 +85,36 @@ class Groups:
     suites: list[str]
 
 
+@dataclass(frozen=True)
+class Asked:
+    """One (question, budget) as collected, before features: what ranker.features reads (the query, the
+    candidates, their days) and what an offline replay of the budget needs (each candidate's tokens, whether the
+    hand-tuned order's context held it, the question's number of evidence messages)."""
+
+    suite: str
+    query: str
+    budget: int
+    candidates: list[Ranked]
+    days: list[str | None]
+    labels: np.ndarray
+    tokens: np.ndarray
+    packed: np.ndarray
+    evidence: int
+
+
 Job = tuple[Case, list[int], str, Path, Path | None]
 
 
-def collect_case(job: Job) -> tuple[str, list[tuple[np.ndarray, np.ndarray]]]:
-    """Feed one case to our app and return, per dev question and budget, its candidates' features and labels."""
+def collect_case(job: Job) -> tuple[str, list[Asked]]:
+    """Feed one case to our app and return, per dev question and budget, its candidates as recall saw them."""
     case, budgets, embedder, folder, cache = job
     os.environ["ACN_RANKER"] = "off"
     texts = {line.dia_id: fold(line.content) for line in case.lines}
-    seen: list[tuple[list[Any], np.ndarray]] = []
+    tokenizer = load_tokenizer()
+    seen: list[tuple[list[Ranked], list[str | None]]] = []
 
-    def observe(query: str, candidates: list[Any], rows: np.ndarray) -> None:
-        seen.append((candidates, rows.copy()))
+    def observe(query: str, candidates: list[Ranked], days: list[str | None], rows: np.ndarray) -> None:
+        seen.append((list(candidates), list(days)))
 
     ranker.OBSERVER = observe
     namespace = {"agent_id": "ranker-train", "session_id": re.sub(r"[^A-Za-z0-9_.:@-]", "-", case.id)}
@@ -104,13 +129,16 @@ def collect_case(job: Job) -> tuple[str, list[tuple[np.ndarray, np.ndarray]]]:
             gold = [texts[e] for e in query.evidence if texts.get(e)]
             for budget in budgets:
                 seen.clear()
-                ours.ask(namespace, query.text, budget)
+                prompt = fold(ours.ask(namespace, query.text, budget)[0])
                 if len(seen) != 1:
                     continue
-                candidates, rows = seen[0]
+                candidates, days = seen[0]
                 labels = np.array([float(bool(collect_ids(c.memory.meta, "dia_id") & evidence)
                                          or any(g in fold(c.memory.content) for g in gold)) for c in candidates])
-                groups.append((rows, labels))
+                tokens = np.array([tokenizer.count(c.memory.content) for c in candidates], dtype=np.float64)
+                packed = np.array([fold(c.memory.content) in prompt for c in candidates])
+                groups.append(Asked(case.suite, query.text, budget, candidates, days, labels, tokens, packed,
+                                    len(evidence)))
     finally:
         ours.close()
         ranker.OBSERVER = None
@@ -118,7 +146,7 @@ def collect_case(job: Job) -> tuple[str, list[tuple[np.ndarray, np.ndarray]]]:
 
 
 def collect(suites: list[str], budgets: list[int], workers: int, cache: Path | None, conversations: int,
-            joined_conversations: int) -> Groups:
+            joined_conversations: int) -> list[Asked]:
     """Return the candidates of every dev question of the suites, in a fixed order (by case id)."""
     cases = build_cases(suites, False, conversations, data_folder(), "dev", joined_conversations)
     order = sorted(cases, key=lambda c: -len(c.lines) * max(1, len(c.queries)))
@@ -133,17 +161,46 @@ def collect(suites: list[str], budgets: list[int], workers: int, cache: Path | N
             finally:
                 pool.close()
                 pool.join()
-    suite_of = {c.id: c.suite for c in cases}
-    rows, labels, sizes, names = [], [], [], []
-    for case_id, groups in sorted(found, key=lambda item: item[0]):
-        for features, label in groups:
-            if label.sum() == 0:  # nothing to learn from: no evidence among the candidates
-                continue
-            rows.append(features)
-            labels.append(label)
-            sizes.append(len(label))
-            names.append(suite_of[case_id])
-    return Groups(np.round(np.concatenate(rows), 6), np.concatenate(labels), np.array(sizes), names)
+    return [asked for _, groups in sorted(found, key=lambda item: item[0]) for asked in groups]
+
+
+def save_collected(collected: list[Asked], path: Path) -> None:
+    """Write the collected questions to a gzipped JSON file (each stored memory once, by index)."""
+    index: dict[int, int] = {}
+    memories: list[dict[str, Any]] = []
+    asked = []
+    for a in collected:
+        refs = []
+        for c in a.candidates:
+            if id(c.memory) not in index:
+                index[id(c.memory)] = len(memories)
+                memories.append(c.memory.model_dump(mode="json"))
+            refs.append([index[id(c.memory)], c.score, c.parts])
+        asked.append({"suite": a.suite, "query": a.query, "budget": a.budget, "candidates": refs, "days": a.days,
+                      "labels": a.labels.tolist(), "tokens": a.tokens.tolist(), "packed": a.packed.tolist(),
+                      "evidence": a.evidence})
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        json.dump({"memories": memories, "asked": asked}, handle, ensure_ascii=False)
+
+
+def load_collected(path: Path) -> list[Asked]:
+    """Return the questions save_collected wrote."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        data = json.load(handle)
+    memories = [Memory.model_validate(m) for m in data["memories"]]
+    return [Asked(a["suite"], a["query"], a["budget"], [Ranked(memories[m], score, parts)
+                                                         for m, score, parts in a["candidates"]],
+                  a["days"], np.array(a["labels"], dtype=np.float64), np.array(a["tokens"], dtype=np.float64),
+                  np.array(a["packed"], dtype=bool), a["evidence"]) for a in data["asked"]]
+
+
+def featured(collected: list[Asked]) -> Groups:
+    """Return the feature rows of the collected questions that have evidence among their candidates (the others
+    have nothing to learn from), computed by today's ranker.features."""
+    kept = [a for a in collected if a.labels.sum() > 0]
+    rows = [ranker.features(a.query, a.candidates, a.days) for a in kept]
+    return Groups(np.round(np.concatenate(rows), 6), np.concatenate([a.labels for a in kept]),
+                  np.array([len(a.labels) for a in kept]), [a.suite for a in kept])
 
 
 def train(groups: Groups, rounds: int = ROUNDS) -> list[dict[str, list[Any]]]:
@@ -194,6 +251,30 @@ def synthetic(seed: int = 0, count: int = 600, size: int = 30) -> Groups:
     return Groups(rows, labels, np.full(count // size, size), ["synthetic"] * (count // size))
 
 
+def synthetic_collected(seed: int = 0, questions: int = 40, size: int = 30) -> list[Asked]:
+    """Return random collected questions (memories, scores, parts) whose relevance follows the dense score and
+    the query's words: the training command's determinism fixture, through today's ranker.features."""
+    rng = np.random.default_rng(seed)
+    words = ["相机", "书房", "咖啡", "电池", "camera", "coffee", "rain", "表姐", "birthday", "三脚架"]
+    asked = []
+    for number in range(questions):
+        wanted = words[number % len(words)]
+        candidates, labels = [], []
+        for slot in range(size):
+            text = " ".join(rng.choice(words, size=int(rng.integers(1, 5))).tolist())
+            memory = Memory(id=f"m{number}-{slot}", kind="turn", content=text, importance=5, scope="session",
+                            agent_id="a", session_id="s", created_at=0, updated_at=0, version=1,
+                            turn_range=[slot, slot])
+            dense, bm25 = float(rng.random()), float(rng.random()) * (wanted in text)
+            candidates.append(Ranked(memory, round(0.5 * dense + 0.5 * bm25, 4),
+                                     {"relevance": 0.5 * dense + 0.5 * bm25, "bm25": bm25, "dense": dense}))
+            labels.append(float(dense + 0.5 * (wanted in text) + 0.3 * float(rng.random()) > 1.1))
+        candidates.sort(key=lambda c: -c.score)
+        asked.append(Asked("synthetic", f"{wanted}在哪？", 1000, candidates, [None] * size, np.array(labels),
+                           np.full(size, 10.0), np.zeros(size, dtype=bool), 1))
+    return asked
+
+
 def fixture() -> dict[str, Any]:
     """Return trees trained by LightGBM on synthetic candidates, rows it did not see and its own predictions for
     them: tests/ranker_lightgbm.json, which tests/test_ranker.py holds the numpy evaluator to."""
@@ -237,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--vector-cache", type=Path, default=None, help="as bench.recall's (passage vectors)")
     parser.add_argument("--data-cache", type=Path, default=None,
-                        help="an .npz of the collected candidates: read when it exists, else written (retraining "
-                             "without collecting again)")
+                        help="a .json.gz of the collected candidates (before features): read when it exists, "
+                             "else written; retraining, with the same or changed features, without collecting again")
     parser.add_argument("--out", type=Path, default=ranker.MODEL_FILE)
     parser.add_argument("--write-fixture", type=Path, default=None,
                         help="write the evaluator's LightGBM fixture (tests/ranker_lightgbm.json) and stop")
@@ -249,14 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     suites = [s for s in args.suites.split(",") if s]
     budgets = [int(b) for b in args.budgets.split(",")]
     if args.data_cache is not None and args.data_cache.exists():
-        saved = np.load(args.data_cache)
-        groups = Groups(saved["rows"], saved["labels"], saved["sizes"], [str(s) for s in saved["suites"]])
+        collected = load_collected(args.data_cache)
     else:
-        groups = collect(suites, budgets, args.workers, args.vector_cache, args.conversations,
-                         args.joined_conversations)
+        collected = collect(suites, budgets, args.workers, args.vector_cache, args.conversations,
+                            args.joined_conversations)
         if args.data_cache is not None:
-            np.savez_compressed(args.data_cache, rows=groups.rows, labels=groups.labels, sizes=groups.sizes,
-                                suites=np.array(groups.suites))
+            save_collected(collected, args.data_cache)
+    groups = featured(collected)
     text = model_text(train(groups), groups, suites, budgets)
     ranker.parse_model(text)  # what we write must load
     before = args.out.read_text(encoding="utf-8") if args.out.exists() else None

@@ -1,11 +1,13 @@
-"""BM25-only focused assemble fills the budget its ranked hits leave (issue 28): the matches under the score floor,
-then the archived messages just older than the recent turns; what is fitted before it keeps its place."""
+"""Focused assemble fills the budget its ranked hits leave (issue 28): the matches under the score floor, then,
+BM25 only, the archived messages just older than the recent turns; what is fitted before it keeps its place."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from acn.assembly.recall import focused_memories, relative_floor, turn_pool
+from acn.common.models import Memory, Namespace
 from acn.server import create_app
 from tests.conftest import make_settings, post
 
@@ -45,18 +47,27 @@ def test_bm25_only_focused_assemble_fills_the_leftover_budget_with_older_message
         runtime.close()
 
 
-def test_with_an_embedder_the_context_has_no_fill(tmp_path: Path) -> None:
-    # The hybrid ranking has its dense list for messages that share no word with the input: no fill there.
+def test_with_an_embedder_the_fill_is_the_search_under_the_floor_not_the_archive(tmp_path: Path) -> None:
+    # With dense vectors the matches under the score floor fill what the hits leave (no further store read):
+    # the messages just older than the recent turns come in only when the hybrid search found them.
     app = create_app(make_settings(tmp_path, embedder="hash"))
     runtime = app.extensions["acn"]
     try:
         client = app.test_client()
         record_notes(client, 40)
-        body = post(client, "assemble", {**NS, "mode": "focused", "user_input": "我的车位现在在哪？",
+        question = "我的车位现在在哪？"
+        body = post(client, "assemble", {**NS, "mode": "focused", "user_input": question,
                                          "max_tokens": 1000, "working_summary": ""}).get_json()
-        history = sorted(s["turn_range"][0] for s in body["sources"] if s["layer"] == "history")
+        history = {s["turn_range"][0] for s in body["sources"] if s["layer"] == "history"}
         memory = {s["turn_range"][0] for s in body["sources"] if s["layer"] == "memory" and s["kind"] == "turn"}
-        assert "B1-243" in body["memory_text"]
-        assert history and not any(history[0] - 6 <= turn < history[0] for turn in memory - {HIT, HIT + 1})
+        below: list[Memory] = []
+        served = focused_memories(Namespace(**NS), question, runtime.deps("default"), top_k=5,
+                                  turn_pool=turn_pool(1000), history=[], shown_turns=history,
+                                  floor=relative_floor(1000), spill=below)
+        found = {m.turn_range[0] for m in [*served, *below] if m.kind == "turn" and m.turn_range}
+        fill = {m.turn_range[0] for m in below if m.turn_range} - {m.turn_range[0] for m in served if m.turn_range}
+        assert "B1-243" in body["memory_text"] and body["tokens"]["total"] <= 1000
+        assert memory <= found  # nothing from the archive by position
+        assert memory & fill  # the leftover budget holds matches under the floor
     finally:
         runtime.close()

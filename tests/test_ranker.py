@@ -157,7 +157,7 @@ def recall_order(tmp_path: Path, setting: str, *, feed: bool = False,
                                          "user_input": QUESTION}).status_code == 200
         deps = app.extensions["acn"].deps("default")
         if observed is not None:
-            ranker.OBSERVER = lambda query, candidates, rows: observed.append((candidates, rows))
+            ranker.OBSERVER = lambda query, candidates, days, rows: observed.append((candidates, rows))
         try:
             found = focused_memories(Namespace(**NS), QUESTION, deps, top_k=5, turn_pool=40, history=[])
         finally:
@@ -192,13 +192,15 @@ def test_training_is_deterministic_and_check_says_when_the_file_differs(tmp_path
     # lightgbm is in the test extra (and the bench extra): the server never imports it.
     from bench import train_ranker
 
-    groups = train_ranker.synthetic()
+    collected = train_ranker.synthetic_collected()
+    groups = train_ranker.featured(collected)
+    assert groups.labels.sum() > 0 and len(groups.sizes) > 10
     first = train_ranker.model_text(train_ranker.train(groups), groups, ["synthetic"], [1000])
     assert first == train_ranker.model_text(train_ranker.train(groups), groups, ["synthetic"], [1000])
     assert parse_model(first)["hybrid"].roots.size == train_ranker.ROUNDS
-    data, out = tmp_path / "data.npz", tmp_path / "model.json"
-    np.savez_compressed(data, rows=groups.rows, labels=groups.labels, sizes=groups.sizes,
-                        suites=np.array(groups.suites))
+    data, out = tmp_path / "data.json.gz", tmp_path / "model.json"
+    train_ranker.save_collected(collected, data)
+    assert np.array_equal(train_ranker.featured(train_ranker.load_collected(data)).rows, groups.rows)
     arguments = ["--data-cache", str(data), "--out", str(out), "--suites", "synthetic", "--budgets", "1000"]
     assert train_ranker.main([*arguments, "--check"]) == 1 and not out.exists()  # nothing there yet: differs
     assert train_ranker.main(arguments) == 0 and out.read_text(encoding="utf-8") == first

@@ -10,7 +10,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from acn.common.models import Memory
+from acn.assembly.recall import focused_memories, relative_floor
+from acn.common.models import Memory, Namespace
 from acn.retrieval.rank import score_all
 from acn.server import create_app
 from acn.storage.memory_rows import Scored
@@ -66,9 +67,14 @@ def _notes_and_dialogue(client: FlaskClient, ns: dict[str, str]) -> tuple[dict[s
 def test_one_speakers_run_of_messages_brings_no_neighbours(use_app: Flask, ns: dict[str, str]) -> None:
     """Notes sent one by one hold unrelated threads side by side: the note before or after a hit is noise that
     took a direct hit's tokens (zh-daily, MADial-Bench). With an embedder it keeps MONOLOGUE_DECAY of its score,
-    under a 1k context's relative floor; within an exchange the neighbours still come."""
+    under a 1k context's relative floor; within an exchange the neighbours still come. (What the hits leave of the
+    budget holds the candidates under the floor, after them: assemble.memory_candidates.)"""
     notes, dialogue = _notes_and_dialogue(use_app.test_client(), ns)
-    assert len([s for s in notes["sources"] if s["layer"] == "memory"]) == 1 and "白鹭" in notes["memory_text"]
+    below: list[Memory] = []
+    served = focused_memories(Namespace(**ns), "湖边公园的白鹭", use_app.extensions["acn"].deps("default"), top_k=0,
+                              turn_pool=1, history=[], floor=relative_floor(1000), spill=below)
+    assert [m.content for m in served] == ["周六下午在湖边公园看到了一只白鹭"] and below  # the neighbours: under it
+    assert "白鹭" in notes["memory_text"]
     assert "第3个问题：周末去哪里？" in dialogue["memory_text"]  # the question the hit answers
 
 

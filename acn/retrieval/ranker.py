@@ -73,8 +73,8 @@ _QUESTION = re.compile(r"[?？]|[吗呢么][。!！~～]*$")
 
 # bench.recall --ablate ranker sets this False (per process) to measure the hand-tuned order beside the learned.
 LEARNED = True
-# bench.train_ranker reads the features of every call here (query, candidates, features); None otherwise.
-Observer = Callable[[str, list[Ranked], np.ndarray], None]
+# bench.train_ranker reads every call here (query, candidates, their days, features); None otherwise.
+Observer = Callable[[str, list[Ranked], list[str | None], np.ndarray], None]
 OBSERVER: Observer | None = None
 
 
@@ -306,7 +306,7 @@ def reordered(query: str, candidates: list[Ranked], days: list[str | None], *, e
         return candidates
     rows = features(query, candidates, days)
     if OBSERVER is not None:
-        OBSERVER(query, candidates, rows)
+        OBSERVER(query, candidates, days, rows)
     model = load_model(path) if enabled and LEARNED else None
     hybrid = bool(rows[0, FEATURES.index("hybrid")])
     trees = model.get("hybrid" if hybrid else "lexical") if model else None
