@@ -261,7 +261,8 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         warmer = runtime.warmer
         searching = runtime.memories.warming
         pending = (["store_search"] if searching is not None and searching.is_alive() else []) \
-            + runtime.memories.heads.pending() + (warmer.pending() if warmer is not None else [])
+            + runtime.memories.heads.pending() + runtime.sessions.pending() \
+            + (warmer.pending() if warmer is not None else [])
         response = as_json({"ok": not pending, "ready": not pending, "pending": pending,
                             "warming": warmer.progress() if warmer is not None else {},
                             "request_id": g.get("request_id", "")})

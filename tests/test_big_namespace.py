@@ -178,3 +178,24 @@ def test_the_most_recent_session_stays_warm_when_the_estimates_fall_short(tmp_pa
                                         ("dedup pool", DEFAULT_TENANT, older.agent_id, scope_key(older, ["session"])))
     finally:
         runtime.close()
+
+
+@needs_index
+def test_after_a_restart_nothing_searches_the_store_and_a_cold_namespace_waits_for_its_load(tmp_path: Path) -> None:
+    # Lite builds its search structures over every row on its first search (~1.5 KB a row: +440 MB at 300k,
+    # bench/results/scale-bigns.md). Start-up made one, and a read of a namespace loading in the background was
+    # answered by the store: RSS after a restart was half again what it was before. Now neither: start-up makes no
+    # search, and while the store has not been searched a read waits for its session's load.
+    app, runtime = stored_then_restarted(tmp_path, [other_rows(200), rows_of(BIG, ROWS)], warm_mb=0)
+    try:
+        assert runtime.memories.warming is None
+        cache = runtime.memories.cache
+        assert cache is not None and KEY not in cache.indexes  # not warmed: its first read finds it cold
+        counted = Counted(runtime.store)
+        response = post(app.test_client(), "assemble", body(user_input="订单ORD-000042退款多少", mode="focused"))
+        assert response.status_code == 200, response.get_json()
+        assert "ORD-000042" in response.get_json()["memory_text"]
+        assert len(cache.indexes[KEY]) == ROWS
+        assert [call[0] for call in counted.calls if call[0].startswith("search")] == []
+    finally:
+        runtime.close()

@@ -139,6 +139,10 @@ def test_the_first_search_is_answered_by_the_store_while_the_index_loads(tmp_pat
     # Rows not listed by id (member pages, acn/storage/memory_heads.py): the index loads by a filtered query.
     memories = MemoryRepository(store, prefix="slow", embedder=None, member_pages=False)
     memories.open()
+    # Once the store has been searched (Lite's search structures built): it answers a search meanwhile. Before, a
+    # search waits for its session's load instead (tests/test_big_namespace.py).
+    store.search_text(memories.spec.name, "仓库", limit=1, where=Filter(""), fields=["id"])
+    memories.store_cold = False
     where = scope_filter(AGENT).and_(live_filter(False))
     answers: list[list[str]] = []
     try:

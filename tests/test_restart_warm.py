@@ -62,8 +62,7 @@ def memories(tmp_path: Path) -> Any:
     repository.save(DEFAULT_TENANT, [memory("仓库在金桥路"), memory("发票抬头是上海某某公司")])
     store.flush()
     # A "restart": the cache forgets everything, as a new process would start without it.
-    assert repository.cache is not None and repository.warming is not None
-    repository.warming.join(30)
+    assert repository.cache is not None and repository.warming is None  # no start-up search: in-process indexes
     repository.cache.forget_all()
     try:
         yield repository
@@ -201,7 +200,9 @@ def test_start_up_does_not_wait_for_the_stores_first_search_readyz_does(tmp_path
         original(self)
 
     monkeypatch.setattr(MemoryRepository, "_warm_store", held)
-    app = create_app(make_settings(tmp_path, embedder="none"))
+    # Without in-process indexes every search goes to the store (with them none needs Lite's structures, and
+    # start-up makes no search: tests/test_known_sessions.py).
+    app = create_app(make_settings(tmp_path, embedder="none", local_index_rows=0))
     runtime = app.extensions["acn"]
     try:
         client = app.test_client()

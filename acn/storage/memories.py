@@ -29,9 +29,9 @@ from acn.storage.memory_rows import (
     QUERY_WINDOW,
     Scored,
     client_id,
+    every_row,
     from_record,
     group_filter,
-    id_range,
     live_filter,
     memory_spec,
     namespace_filter,
@@ -48,7 +48,6 @@ from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_pro
 
 T = TypeVar("T")
 CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
-RANGE_CUTS = 8  # ranges a full query window is cut into (MemoryRepository.query_all)
 SHARED_KEPT = 64  # dedup pools kept against a server (MemoryRepository.keep_shared)
 log = logging.getLogger("acn.store")
 
@@ -98,6 +97,8 @@ class MemoryRepository(MemoryQueries):
         # no cache there.
         exclusive = not getattr(store, "is_server", True)
         self.warming: threading.Thread | None = None  # the start-up search (open); Runtime.open waits for it
+        # No search of the store yet (a Lite file with in-process indexes: see open() and _local_index).
+        self.store_cold = exclusive
         self.existed = False  # open(): the memories collection was there already (rows may need warming)
         self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
                                max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
@@ -168,8 +169,15 @@ class MemoryRepository(MemoryQueries):
             return
         self.heads.open(memories_existed=existed, background=self._heads_background,
                         scan=lambda fields: self._query_range(self.store, Filter(""), fields, "", None))
-        # A Lite file builds its search structures on the first search after it opens (3 s at 100k rows): one
-        # search now, off the request path, so that the first request does not pay for it.
+        # A Lite file builds its search structures over every row on the first search after it opens (3 s at
+        # 100k rows, ~1.5 KB of memory a row: +440 MB at 300k, bench/results/scale-bigns.md). With in-process
+        # indexes no request needs them (a session's searches are answered from its index, a read of a session
+        # whose index loads waits for the load while the store is cold: _local_index), so none is made: the
+        # memory a restarted process holds is what it held before. Without them, one search now, off the request
+        # path, so that the first request does not pay for it.
+        if self.cache is not None and self.cache.indexes_rows:
+            return
+        self.store_cold = False
         self.warming = threading.Thread(target=self._warm_store, name="acn-store-warm", daemon=True)
         self.warming.start()
 
@@ -315,8 +323,22 @@ class MemoryRepository(MemoryQueries):
         if self.cache is not None:
             self.cache.forget_all()
 
-    def _local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None) -> LocalIndex | None:
-        return self.cache.local_index(tenant, namespace, where) if self.cache is not None else None
+    def _local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
+                     searching: bool = False) -> LocalIndex | None:
+        """Return the session's in-process index (Lite), or None: the store answers.
+
+        While this process has not searched the store (Lite's search structures not built: open()), a search whose
+        index loads in the background waits for the load instead: answering it from the store would build those
+        structures over every row, for one call (bounded: PREWARM_WAIT). Other reads (a dedup pool's rows, a
+        filtered list) are answered by a query meanwhile, as before: a query builds nothing.
+        """
+        if self.cache is None:
+            return None
+        index = self.cache.local_index(tenant, namespace, where)
+        if index is None and searching and self.store_cold and \
+                self.cache.wait_loaded((tenant, namespace.agent_id, namespace.session_id)):
+            index = self.cache.local_index(tenant, namespace, where)
+        return index
 
     def stamp(self, tenant: str, agent_id: str) -> Stamp:
         """Return the write counters an agent's memories depend on: (epoch, agent's writes, shared writes)."""
@@ -449,16 +471,7 @@ class MemoryRepository(MemoryQueries):
 
     def _query_range(self, store: MemoryStore, where: Filter, fields: list[str], low: str,
                      high: str | None, collection: str | None = None) -> list[Record]:
-        name = collection or self.spec.name
-        wanted = fields if "id" in fields else [*fields, "id"]
-        rows = store.query(name, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
-        if len(rows) < QUERY_WINDOW:
-            return rows
-        step = QUERY_WINDOW // RANGE_CUTS
-        starts = [low, *sorted(str(row["id"]) for row in rows)[step::step]]  # each range leaves out sampled ids
-        stops: list[str | None] = [*starts[1:], high]
-        return [row for start, stop in zip(starts, stops, strict=True)
-                for row in self._query_range(store, where, fields, start, stop, name)]
+        return every_row(store, collection or self.spec.name, where, fields, low, high)
 
     def scope_legacy_ids(self, batch: int = 500) -> int:
         """Give rows stored before ids were scoped by tenant their scoped primary key; return how many moved.
@@ -536,7 +549,7 @@ class MemoryRepository(MemoryQueries):
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
         if not query.strip():
             return []
-        index = self._local_index(tenant, within, flt) if within is not None else None
+        index = self._local_index(tenant, within, flt, searching=True) if within is not None else None
         if index is None and within is not None and self.readable_empty(tenant, within):
             return []
         vector = self._query_vector(query)
@@ -547,6 +560,7 @@ class MemoryRepository(MemoryQueries):
             dense_hits = index.search_dense(vector, dense_flt, vector_limit, distinct=distinct) \
                 if vector is not None else []
         else:
+            self.store_cold = False  # Lite's search structures are built by this search: later loads need not wait
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
             text_hits = self._store_hits(self.store.search_text(
                 self.spec.name, text_query or query, limit=min(text_limit * fetch, QUERY_WINDOW), where=flt,

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from acn.common.models import Memory, Namespace
-from acn.storage.base import CollectionSpec, Filter, Record
+from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
 from acn.storage.sealed import CIPHER_FIELD
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
@@ -207,6 +207,24 @@ def id_range(low: str, high: str | None) -> Filter:
     if high is None:
         return Filter("id >= {range_low}", {"range_low": low})
     return Filter("id >= {range_low} and id < {range_high}", {"range_low": low, "range_high": high})
+
+
+RANGE_CUTS = 8  # ranges a full query window is cut into (every_row)
+
+
+def every_row(store: MemoryStore, collection: str, where: Filter, fields: list[str], low: str = "",
+              high: str | None = None) -> list[Record]:
+    """Return every row of a collection that matches, however many: one query of the id range, cut into
+    RANGE_CUTS ranges (each read the same way) while a query fills its window."""
+    wanted = fields if "id" in fields else [*fields, "id"]
+    rows = store.query(collection, where.and_(id_range(low, high)), fields=wanted, limit=QUERY_WINDOW)
+    if len(rows) < QUERY_WINDOW:
+        return rows
+    step = QUERY_WINDOW // RANGE_CUTS
+    starts = [low, *sorted(str(row["id"]) for row in rows)[step::step]]  # each range leaves out sampled ids
+    stops: list[str | None] = [*starts[1:], high]
+    return [row for start, stop in zip(starts, stops, strict=True)
+            for row in every_row(store, collection, where, fields, start, stop)]
 
 
 # Cuts of the id space (memories are "mem_" + hex, archived messages "turn_" + hex) into ranges of about equal

@@ -422,6 +422,24 @@ class ReadCache:
         self._warm_later(key)
         return None
 
+    def wait_loaded(self, key: GroupKey, timeout: float = PREWARM_WAIT) -> bool:
+        """Wait while a load of a session's index is queued or under way (at most `timeout` seconds); return True
+        once the index is held."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if key in self._indexes:
+                    return True
+                loading = key in self._warming or key in self._prewarming or key in self._index_loads.queues()
+            if not loading or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    @property
+    def indexes_rows(self) -> int:
+        """Return the rows in-process indexes may hold in all (0: none kept, every search goes to the store)."""
+        return self._index_rows
+
     def prewarm(self, key: GroupKey) -> LocalIndex | None:
         """Load a session's index now, on the caller's thread (the start-up warmer's), tokenized before it returns;
         only one listed by id (member pages) or known empty: a session reached only by a scan is left cold. None
