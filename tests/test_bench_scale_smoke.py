@@ -16,6 +16,7 @@ TINY = Config(memories=2_000, sessions=4, namespace=500, batch=500, step=1_000, 
 def test_the_scale_report_has_every_row(tmp_path: Path) -> None:
     report = run(TINY, tmp_path)
     assert [stored for stored, _ in report.rates] == [1_000, 2_000] and all(r > 0 for _, r in report.rates)
+    assert len(report.cpu_per_k) == 2 and all(cpu > 0 for cpu in report.cpu_per_k)  # the server's, per step
     assert report.namespace_rate > 0 and report.disk_mb > 0
     assert 0 < report.healthy_ms <= report.ready_ms
     assert set(report.rss_mb) == {"after the fill", "after a restart, ready", "after a restart and the probes"}
