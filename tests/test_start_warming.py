@@ -20,6 +20,7 @@ from acn.common.models import Memory, Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.warmer import Warmer
 from acn.memory.write import write_items
+from acn.retrieval.ranker import _parsed_model
 from acn.server import create_app
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import new_memory_id
@@ -185,6 +186,25 @@ def test_a_warmed_sessions_first_assemble_and_record_turn_test_no_filter_the_war
             {"role": "user", "content": "订单ORD-000003退款多少"}, {"role": "assistant", "content": "退款3元"}]})
         assert response.status_code == 200, response.get_json()
         assert set(index._masks) == tested
+    finally:
+        runtime.close()
+
+
+@needs_index
+def test_a_warmed_sessions_first_assemble_parses_no_ranker_model(tmp_path: Path) -> None:
+    # The re-ranker's forests take ~30 ms to parse. The warmer parsed them, but under another cache entry than the
+    # one assemble asks for (`load_model()` and `load_model(MODEL_FILE)`): a warmed namespace of 100k spent 34 ms
+    # of its 67 ms first assemble parsing them again.
+    _parsed_model.cache_clear()  # forget earlier tests' parse: the warmer's must be this process's only one
+    mine = Namespace(agent_id="old-agent", session_id="old-chat")
+    app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 40)])
+    try:
+        warmed(runtime)
+        assert _parsed_model.cache_info().misses == 1
+        response = post(app.test_client(), "assemble", {**mine.model_dump(exclude_none=True), "mode": "focused",
+                                                        "user_input": "订单ORD-000003退款多少"})
+        assert response.status_code == 200, response.get_json()
+        assert _parsed_model.cache_info().misses == 1 and _parsed_model.cache_info().hits >= 1
     finally:
         runtime.close()
 
