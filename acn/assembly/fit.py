@@ -18,7 +18,8 @@ class Item:
 
     `variants` are the texts to try, richest first (a segment in full, then brief); `order` decides
     where a chosen item is shown; the list position of an item is its priority. Items of the same `group`
-    shown one after another share one header line (the group) instead of each repeating it.
+    shown one after another share one header line (the group) instead of each repeating it; a group header
+    after the layer's first one is written as `short_group` when the item has one (see layer_lines).
     """
 
     key: str
@@ -28,6 +29,8 @@ class Item:
     messages: list[Message] = field(default_factory=list)
     chosen: str = ""
     group: str = ""
+    short_group: str = ""
+    text: str = ""  # a memory's content (without its tag): what a recent turn may already show
     costs: list[int] | None = None  # each variant's tokens plus its newline, counted by the first fit
     cut: bool = False  # when no variant fits, the last one cut to the room left (a segment), not dropped whole
 
@@ -57,21 +60,32 @@ def text_layer_cost(texts: list[str], tokenizer: Tokenizer) -> int:
 
 
 def layer_lines(items: list[Item]) -> list[str]:
-    """Return the chosen lines in order, each group's header written once before a run of its items."""
+    """Return the chosen lines in order, each group's header written once before a run of its items.
+
+    The layer's first header is written in full (`[来自记忆 · 2024-08-28]`); a later one in its short form
+    when it has one (`[2024-08-31]`): the first already says where the block comes from.
+    """
     lines: list[str] = []
-    previous = ""
+    previous, headed = "", False
     for item in items:
         if item.group and item.group != previous:
-            lines.append(item.group)
+            lines.append(header_line(item, headed))
+            headed = True
         previous = item.group
         lines.append(item.chosen)
     return lines
 
 
+def header_line(item: Item, headed: bool) -> str:
+    """Return the item's group header: in full for the layer's first header, else its short form if any."""
+    return item.short_group if headed and item.short_group else item.group
+
+
 def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> Fitted:
     """Greedily keep items in priority order, each in its richest variant that still fits.
 
-    The first item kept of a group also pays for the group's header line.
+    The first item kept of a group also pays for the group's header line (the first group opened pays for the
+    full header, later ones for their short form: layer_lines writes one full header, the layer's first).
     """
     kept: list[Item] = []
     dropped: list[tuple[Item, int]] = []
@@ -80,7 +94,8 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
     # is a safe upper bound; the exact count is taken once at the end.
     used = MESSAGE_OVERHEAD_TOKENS
     for item in candidates:
-        header = tokenizer.count(item.group) + 1 if item.group and item.group not in opened else 0
+        header = tokenizer.count(header_line(item, bool(opened))) + 1 \
+            if item.group and item.group not in opened else 0
         costs = variant_costs(item, tokenizer)
         room = budget - used - header
         chosen = next((i for i, cost in enumerate(costs) if cost <= room), None)
@@ -88,7 +103,8 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
             text = tokenizer.truncate(item.variants[-1], room - 1)
             item.chosen = text
             kept.append(item)
-            opened.add(item.group)
+            if item.group:
+                opened.add(item.group)
             used += tokenizer.count(text) + 1 + header
             continue
         if chosen is None:
@@ -96,7 +112,8 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
             continue
         item.chosen = item.variants[chosen]
         kept.append(item)
-        opened.add(item.group)
+        if item.group:
+            opened.add(item.group)
         used += costs[chosen] + header
     kept.sort(key=lambda k: k.order)
     exact = text_layer_cost(layer_lines(kept), tokenizer)

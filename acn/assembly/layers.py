@@ -25,7 +25,8 @@ def memory_items(memories: list[Memory], language: str) -> list[Item]:
     """Return one tagged line per memory, in the given (ranked) order; repeated texts appear once.
 
     Dated archived messages carry their tag as a group header: a run of messages from the same day is shown
-    under one `[from memory · date]` line, and the tokens a repeated tag would cost hold more evidence.
+    under one `[from memory · date]` line, and the tokens a repeated tag would cost hold more evidence. Only the
+    layer's first header says "from memory"; the days after it are headed by their date alone (short_header).
     """
     items, seen = [], set()
     for rank, memory in enumerate(memories):
@@ -38,7 +39,8 @@ def memory_items(memories: list[Memory], language: str) -> list[Item]:
         # Facts first in rank order, then archived messages in conversation order (easier to follow).
         order = (1, *message_order(memory)) if memory.kind == "turn" else (0, rank, 0, 0)
         line, header = memory_line(memory, language)
-        items.append(Item(key=memory.id, variants=[line], order=order, source=source, group=header))
+        items.append(Item(key=memory.id, variants=[line], order=order, source=source, group=header,
+                          short_group=short_header(header, language), text=memory.content))
     return items
 
 
@@ -81,6 +83,18 @@ def dated_header(memory: Memory, language: str) -> str:
         # would only repeat it, ~12 tokens a line, so such messages share one undated header.
         return UNDATED_TAG["zh" if language == "zh" else "en"]
     return source_tag(memory, language)
+
+
+def short_header(header: str, language: str) -> str:
+    """Return a dated group header without its "from memory" words (`[来自记忆 · 2024-08-31]` -> `[2024-08-31]`),
+    or "" when it has nothing else to say.
+
+    The day headers of a context's memory layer are most of its tags: on zh-daily at 1,000 tokens ~17 of them at
+    15 tokens each (`[2024-08-31]` is 8), the room of five more messages. The layer's first header keeps the
+    words, and sources[] keeps each line's id, kind, turns and meta.
+    """
+    prefix = UNDATED_TAG["zh" if language == "zh" else "en"][:-1] + " · "
+    return "[" + header[len(prefix):] if header.startswith(prefix) else ""
 
 
 def note_items(lines: list[str], language: str, *, kind: str) -> list[Item]:
