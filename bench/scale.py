@@ -148,6 +148,20 @@ def fill(client: OverHttp, config: Config, report: Report, rng: random.Random, p
     say(f"one namespace of {config.namespace:,}: {report.namespace_rate:,.0f} items/s")
 
 
+def wait_drained(base: str, timeout: float = 600) -> bool:
+    """Wait until the server's embedding backlog is empty (its /metrics gauge), then a moment for the worker's
+    last batch to be let go; return False when it did not drain in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        gauge = [line for line in requests.get(f"{base}/metrics", timeout=10).text.splitlines()
+                 if line.startswith("acn_embedding_backlog ")]
+        if not gauge or float(gauge[0].split()[1]) == 0:
+            time.sleep(2)
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -167,6 +181,9 @@ def run(config: Config, folder: Path) -> Report:
         with closing(OverHttp(base)) as client:
             fill(client, config, report, rng, process.pid)
             report.rss_mb["after the fill"] = rss_mb(process.pid)
+            # With an embedder the worker may still be filling vectors: RSS at rest is read once it is done too.
+            if config.embedder != "none" and wait_drained(base):
+                report.rss_mb["after the fill, backlog drained"] = rss_mb(process.pid)
             for node in NODES:
                 fresh = [{"agent_id": f"new-{node}-{i}", "session_id": "first-chat"} for i in range(config.probes)]
                 first, warm = first_and_warm(client, node, fresh, config.warm_calls, rng)

@@ -6,6 +6,7 @@ lists (write rate per step, RSS, disk, restart, each kind of first call beside i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from bench.scale import NODES, Config, markdown, run
@@ -28,3 +29,9 @@ def test_the_scale_report_has_every_row(tmp_path: Path) -> None:
             assert ("after a restart", f"{label}: {node}") in calls
     assert all(first > 0 and warm > 0 for _, _, first, warm in report.firsts)
     assert "| after a restart | new session: assemble |" in markdown(report, "test")
+
+
+def test_with_an_embedder_rss_is_read_again_once_the_backlog_drained(tmp_path: Path) -> None:
+    report = run(replace(TINY, embedder="hash", namespace=0), tmp_path)
+    assert list(report.rss_mb) == ["after the fill", "after the fill, backlog drained", "after a restart, ready",
+                                   "after a restart and the probes"]
