@@ -264,3 +264,43 @@ def test_the_kept_dense_rows_score_as_a_fresh_copy_and_follow_writes() -> None:
 def memory_of(memory_id: str, kind: str) -> Memory:
     return Memory(id=memory_id, kind=kind, content=memory_id, scope="session",  # type: ignore[arg-type]
                   agent_id="a", session_id="s", created_at=1, updated_at=1, version=1, importance=5.0)
+
+
+def test_rows_added_after_a_dense_search_extend_its_copy_and_other_writes_rebuild_it() -> None:
+    # A record_turn adds rows (archived messages, facts) after the ones a session's dense filter allowed: the copy
+    # of their vectors is extended in place instead of copied again (the assemble after every turn copied the
+    # whole session: 20 MB at 10k rows of 512 floats). A write to an allowed row (a supersede, a vector filled)
+    # rebuilds it. Each state is scored to the bit against an index that never searched, built by the same puts.
+    rng = np.random.default_rng(11)
+    puts = [(f"mem_{n:04x}", rng.standard_normal(16).tolist(), "fact" if n % 3 else "todo") for n in range(120)]
+    where, query = Filter('kind == "fact"'), rng.standard_normal(16).tolist()
+
+    def replayed(done: list[tuple[str, list[float], str]]) -> LocalIndex:
+        index = LocalIndex(16)
+        for memory_id, vector, kind in done:
+            index.put(memory_of(memory_id, kind), {"id": memory_id, "kind": kind, "dense": vector})
+        return index
+
+    kept = replayed(puts)
+    done = list(puts)
+    assert kept.search_dense(query, where, 500) == replayed(done).search_dense(query, where, 500)
+    copy = kept._dense_rows
+    assert copy is not None
+    added = [(f"mem_{n:04x}", rng.standard_normal(16).tolist(), "fact") for n in range(120, 130)]
+    for memory_id, vector, kind in added:
+        kept.put(memory_of(memory_id, kind), {"id": memory_id, "kind": kind, "dense": vector})
+    done += added
+    assert kept.search_dense(query, where, 500) == replayed(done).search_dense(query, where, 500)
+    assert kept._dense_rows is not None and kept._dense_rows.buffer is copy.buffer  # extended in place
+    superseded = (puts[1][0], puts[1][1], "todo")  # an allowed row leaves the filter
+    kept.put(memory_of(superseded[0], "todo"), {"id": superseded[0], "kind": "todo", "dense": superseded[1]})
+    done.append(superseded)
+    assert kept.search_dense(query, where, 500) == replayed(done).search_dense(query, where, 500)
+    assert kept._dense_rows.buffer is not copy.buffer  # rebuilt
+    many = [(f"mem_{n:04x}", rng.standard_normal(16).tolist(), "fact") for n in range(130, 600)]
+    for memory_id, vector, kind in many:  # more than the copy has room for
+        kept.put(memory_of(memory_id, kind), {"id": memory_id, "kind": kind, "dense": vector})
+        if int(memory_id[4:], 16) % 97 == 0:
+            kept.search_dense(query, where, 5)
+    done += many
+    assert kept.search_dense(query, where, 1000) == replayed(done).search_dense(query, where, 1000)

@@ -21,6 +21,7 @@ import threading
 from array import array
 from collections import Counter
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,18 @@ _AS_STORED = frozenset(ROW_FIELDS) - {"importance", "doc", "id", "turn_to", EMBE
 Row = tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class _DenseRows:
+    """The vectors one dense filter allows, in slot order: the first len(allowed) rows of `buffer` (room after
+    them for rows added later), as of the index's `writes`-th put and `seen` entries of its change log."""
+
+    key: Hashable
+    writes: int
+    seen: int
+    allowed: np.ndarray
+    buffer: np.ndarray
+
+
 class LocalIndex:
     """BM25 and cosine search over a set of stored rows, kept current by `put` (thread-safe)."""
 
@@ -89,9 +102,11 @@ class LocalIndex:
         self._masks: dict[Hashable, tuple[int, bytearray]] = {}
         # The vectors a dense filter allows, copied out once per state of the index: at 10k rows of 512 floats
         # the copy cost as much as the product (a focused assemble searches two or three times between writes).
-        # One filter's (a session searches with one); `_writes` counts every put (_changes restarts).
+        # One filter's (a session searches with one); `_writes` counts every put (_changes restarts). Writes that
+        # only add rows after the allowed ones (a record_turn's archived messages, new facts) extend the copy in
+        # place (_DenseRows), so the assemble after each turn does not copy the whole session again.
         self._writes = 0
-        self._dense_rows: tuple[Hashable, int, np.ndarray, np.ndarray] | None = None
+        self._dense_rows: _DenseRows | None = None
         # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
         # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
         self._pending: set[int] = set()
@@ -104,7 +119,7 @@ class LocalIndex:
         """Return an estimate of the memory the index holds: ROW_BYTES a row plus its text, and its vector; the
         Memory objects kept for reads, and the vectors a dense filter allows, copied out."""
         dense_rows = self._dense_rows
-        copied = dense_rows[3].nbytes if dense_rows is not None else 0
+        copied = dense_rows.buffer.nbytes if dense_rows is not None else 0
         return len(self._rows) * (ROW_BYTES + 4 * self._dim) + 2 * self._chars + MEMORY_BYTES * len(self._built) \
             + copied
 
@@ -196,6 +211,7 @@ class LocalIndex:
         if len(self._changes) > 4 * len(self._rows) + 1024:  # masks rebuild from scratch; the log restarts
             self._changes = array("i")
             self._masks.clear()
+            self._dense_rows = None  # it reads the slots changed since it was made from the log
 
     def _grow(self, slot: int) -> None:
         self._lengths = _room(self._lengths, slot)
@@ -282,12 +298,30 @@ class LocalIndex:
         """
         key = where.cache_key()
         kept = self._dense_rows
-        if kept is not None and kept[0] == key and kept[1] == self._writes:
-            return kept[2], kept[3]
+        if kept is not None and kept.key == key and kept.writes == self._writes:
+            return kept.allowed, kept.buffer[:len(kept.allowed)]
         allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
-        vectors = self._vectors[allowed]
-        self._dense_rows = (key, self._writes, allowed, vectors)
-        return allowed, vectors
+        if kept is not None and kept.key == key and self._only_added(kept, allowed):
+            buffer, count = kept.buffer, len(kept.allowed)
+            if len(allowed) > len(buffer):  # out of room: a larger buffer, the rows copied once
+                buffer = np.empty((len(allowed) + len(allowed) // 4 + 64, self._dim), dtype=np.float32)
+                buffer[:count] = kept.buffer[:count]
+            buffer[count:len(allowed)] = self._vectors[allowed[count:]]
+        else:
+            buffer = np.empty((len(allowed) + len(allowed) // 4 + 64, self._dim), dtype=np.float32)
+            buffer[:len(allowed)] = self._vectors[allowed]
+        self._dense_rows = _DenseRows(key, self._writes, len(self._changes), allowed, buffer)
+        return allowed, buffer[:len(allowed)]
+
+    def _only_added(self, kept: _DenseRows, allowed: np.ndarray) -> bool:
+        """Return True when the filter now allows what it allowed when `kept` was made, unchanged, and more rows
+        after them only: no allowed row was written since (a vector, a supersede) and none left or came in
+        between (called with the lock held)."""
+        count = len(kept.allowed)
+        if len(allowed) < count or not np.array_equal(allowed[:count], kept.allowed):
+            return False
+        changed = np.frombuffer(self._changes, dtype=np.int32)[kept.seen:]
+        return not count or not np.isin(changed, kept.allowed, assume_unique=False).any()
 
     def select(self, where: Filter) -> list[Memory]:
         """Return every row matching the filter, in the order they were first put."""
