@@ -72,7 +72,8 @@ def main() -> None:
         runtime = app.extensions["acn"]
         client = app.test_client()
         asked = random.Random(5).sample(questions, 2 * args.calls + 5)
-        times: dict[str, list[float]] = {"assemble 1k": [], "assemble 4k": [], "record_turn": []}
+        times: dict[str, list[float]] = {"assemble 1k": [], "assemble 4k": [], "record_turn": [],
+                                         "assemble 1k after a record_turn": []}
         try:
             for question in asked[:5]:  # warm-up: the first search loads the session's rows
                 client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused", "user_input": question})
@@ -100,6 +101,18 @@ def main() -> None:
                 began = time.perf_counter()
                 response = client.post("/v1/nodes/record_turn", json={**NAMESPACE, "messages": messages})
                 times["record_turn"].append((time.perf_counter() - began) * 1000)
+                assert response.status_code == 200, response.get_data(as_text=True)
+            # The agent loop: each turn recorded, then the next input assembled (the writes between change what
+            # the calls above kept from one assemble to the next).
+            for turn, question in enumerate(asked[5:35]):
+                messages = [{"role": "user", "content": f"{questions[turn]} (loop {turn})"},
+                            {"role": "assistant", "content": f"Noted: {questions[-1 - turn]}"}]
+                response = client.post("/v1/nodes/record_turn", json={**NAMESPACE, "messages": messages})
+                assert response.status_code == 200, response.get_data(as_text=True)
+                began = time.perf_counter()
+                response = client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused",
+                                                                    "user_input": question, "max_tokens": 1000})
+                times["assemble 1k after a record_turn"].append((time.perf_counter() - began) * 1000)
                 assert response.status_code == 200, response.get_data(as_text=True)
         finally:
             runtime.close()
