@@ -189,6 +189,8 @@ def test_a_lite_collection_nothing_searches_is_flushed_inline_at_the_larger_coun
     ns = Namespace(agent_id="a", session_id="s")
     try:
         memories = repo_for(store)
+        if memories.warming is not None:  # without in-process indexes (the engine run) start-up searches it
+            memories.warming.join()
         # Searched once, as a request answered by the store searches it (start-up makes no search on a Lite file
         # with in-process indexes: memories.py open()).
         store.search_text(memories.spec.name, "第一条", limit=1, where=Filter(""), fields=["id"])
