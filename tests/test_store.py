@@ -189,11 +189,12 @@ def test_a_lite_collection_nothing_searches_is_flushed_inline_at_the_larger_coun
     ns = Namespace(agent_id="a", session_id="s")
     try:
         memories = repo_for(store)
-        if memories.warming is not None:  # without in-process indexes (the engine run) start-up searches it
+        # Searched once: by start-up without in-process indexes (the engine run), else as a request answered by
+        # the store searches it (start-up makes no search on a Lite file with in-process indexes: memories.py).
+        if memories.warming is not None:
             memories.warming.join()
-        # Searched once, as a request answered by the store searches it (start-up makes no search on a Lite file
-        # with in-process indexes: memories.py open()).
-        store.search_text(memories.spec.name, "第一条", limit=1, where=Filter(""), fields=["id"])
+        else:
+            store.search_text(memories.spec.name, "第一条", limit=1, where=Filter(""), fields=["id"])
         store.flush()  # the memory heads' marker written at open would make a pause flush due
         with store.background():  # no flush in the pause after a write: only inline flushes here
             memories_of(ns, [f"第{i}条" for i in range(10)], memories)
