@@ -68,8 +68,8 @@ def unlisted(app: Flask) -> None:
     """Play the time before the start-up list of session heads and marks is taken (tests/test_known_sessions.py):
     what a session has is read by key, and what is remembered of the reads is what is tested."""
     sessions = app.extensions["acn"].sessions
-    assert sessions.listed.wait(30)
-    sessions.listed.clear()
+    assert sessions.present.listed.wait(30)
+    sessions.present.listed.clear()
 
 
 def assembled(app: Flask, body: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from acn.common.auth import DEFAULT_TENANT
 from acn.common.conversation import SessionState
 from acn.common.models import Namespace
 from acn.server import create_app
+from acn.storage.listed_ids import ListedIds
 from tests.conftest import make_settings, post
 from tests.test_assemble_cost import opened
 from tests.test_new_session_cost import Counted
@@ -55,7 +56,7 @@ def test_a_new_sessions_first_calls_after_a_restart_read_nothing_from_the_store(
     app = opened(tmp_path)
     try:
         runtime = app.extensions["acn"]
-        assert runtime.sessions.listed.wait(30) and runtime.memories.heads.listed.wait(30)
+        assert runtime.sessions.present.listed.wait(30) and runtime.memories.heads.present.listed.wait(30)
         counted = Counted(runtime.store)
         new = {"agent_id": "new-agent", "session_id": "new-chat"}
         answer = called(app, "assemble", {**new, "mode": "focused", "user_input": "订单到哪了", "max_tokens": 1000})
@@ -71,8 +72,8 @@ def test_sessions_the_list_holds_are_read_as_before(tmp_path: Path) -> None:
     seeded(tmp_path)
     app = opened(tmp_path)
     try:
-        assert app.extensions["acn"].sessions.listed.wait(30)
-        assert app.extensions["acn"].memories.heads.listed.wait(30)
+        assert app.extensions["acn"].sessions.present.listed.wait(30)
+        assert app.extensions["acn"].memories.heads.present.listed.wait(30)
         # The old session's head: its next turn is turn 2, and its own memories are found.
         assert called(app, "record_turn", {**OLD, "messages": TURN})["turn"] == 2
         found = called(app, "memory_retrieve", {**OLD, "query": "会员等级"})
@@ -96,7 +97,7 @@ def test_an_archiving_mark_left_before_a_sessions_first_commit_is_still_found_af
     app = opened(tmp_path)
     try:
         sessions = app.extensions["acn"].sessions
-        assert sessions.listed.wait(30)
+        assert sessions.present.listed.wait(30)
         assert sessions.head_version(DEFAULT_TENANT, namespace) == 0
         assert sessions.archiving_left(DEFAULT_TENANT, namespace) is True
         assert sessions.archiving_marks(DEFAULT_TENANT, [("killed-agent", "killed-chat")]) == {
@@ -114,8 +115,26 @@ def test_readyz_waits_for_the_lists(tmp_path: Path) -> None:
     app = opened(tmp_path)
     try:
         runtime = app.extensions["acn"]
-        assert runtime.sessions.listed.wait(30) and runtime.memories.heads.listed.wait(30)
+        assert runtime.sessions.present.listed.wait(30) and runtime.memories.heads.present.listed.wait(30)
         ready = app.test_client().get("/readyz")
         assert ready.status_code == 200 and ready.get_json()["pending"] == []
     finally:
         app.extensions["acn"].close()
+
+
+def test_a_list_over_its_bound_or_one_that_failed_is_not_trusted() -> None:
+    bounded = ListedIds(enabled=True, what="heads", limit=2)
+    bounded.load(lambda: [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    assert not bounded.absent("z")  # dropped: absence is read by key
+    failed = ListedIds(enabled=True, what="heads")
+
+    def broken() -> list[dict[str, Any]]:
+        raise RuntimeError("store closed")
+
+    failed.load(broken)
+    assert not failed.absent("z")
+    whole = ListedIds(enabled=True, what="heads", limit=2)
+    whole.add(["written"])  # a write before the list is read is kept
+    whole.load(lambda: [{"id": "a"}])
+    assert (whole.absent("z"), whole.absent("a"), whole.absent("written")) == (True, False, False)
+    assert not ListedIds(enabled=False, what="heads").absent("z")  # a server: nothing is listed

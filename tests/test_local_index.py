@@ -428,8 +428,8 @@ def test_a_session_written_while_the_agent_sessions_are_listed_is_not_missed(tmp
     memories = MemoryRepository(store, prefix="lst", embedder=None, warm_in_background=False)
     memories.open()
     # Before the start-up list of heads is taken (tests/test_known_sessions.py): a new session's heads are read.
-    assert memories.heads.listed.is_set()
-    memories.heads.listed.clear()
+    assert memories.heads.present.listed.is_set()
+    memories.heads.present.listed.clear()
     s1, s2, late = (Namespace(agent_id="bot", session_id=name) for name in ("s1", "s2", "late"))
     try:
         memories.save(DEFAULT_TENANT, [fact(s1, "第一个会话的记录")])

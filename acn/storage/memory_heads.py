@@ -41,6 +41,7 @@ from typing import Any
 from acn.common.models import Memory, Namespace
 from acn.common.stored import stamp_bounds
 from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
+from acn.storage.listed_ids import ListedIds
 from acn.storage.memory_rows import QUERY_WINDOW, every_row, stored_id
 
 HEAD_FIELDS = {"tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "kind": "varchar",
@@ -51,9 +52,6 @@ PAGES_A_READ = 32  # member pages asked for in one primary-key lookup
 KNOWN_MEMBERS = 1024  # owners whose member lists are held in process (Lite only), least recently used out
 BUILT = "built"  # the id of the marker row: every memory row has its heads
 KNOWN_HEADS = 65_536  # heads remembered in process (present, or on a Lite file absent); least recently used out
-# Heads whose ids a Lite process lists at start (about 120 B each): with every head's id held, a head not among
-# them is known absent without a read. Beyond this many the list is dropped and absence is read by key, as before.
-LISTED_HEADS = 262_144
 WRITE_CHUNK = 500
 log = logging.getLogger("acn.store")
 # Reads every memory row (these fields) of the collection, in pieces: the background pass that writes old rows' heads.
@@ -144,12 +142,9 @@ class MemoryHeads:
         # The repository's write lock: the background pass lists rows under it, so that its page writes and a
         # save's never interleave.
         self.write_order: threading.RLock = threading.RLock()
-        # On a Lite file: the id of every head that may exist (listed at start, then each one written added before
-        # its write), so that a new session's first call learns "no head" without a read (a primary-key read is
-        # ~4 ms at a million rows, as much as the rest of a warm assemble). Trusted once `listed` is set; None
-        # when there were more than LISTED_HEADS.
-        self._present: set[str] | None = set() if exclusive else None
-        self.listed = threading.Event()
+        # On a Lite file: the id of every head that may exist (acn/storage/listed_ids.py): a new session's first
+        # call learns "no head" without a read.
+        self.present = ListedIds(enabled=exclusive, what="memory heads")
         self.listing: threading.Thread | None = None
 
     # -- start-up ------------------------------------------------------------------------------
@@ -195,24 +190,11 @@ class MemoryHeads:
 
     def list_present(self) -> None:
         """List the id of every head (Lite): one read of the heads collection, off the request path, after the
-        build of old rows' heads if one runs. Until it is done (or if it fails) absence is read by key."""
-        try:
-            if self.building is not None:
-                self.building.join()
-            if not self.ready.is_set():
-                return  # the build failed: heads are not trusted at all
-            rows = every_row(self.store, self.spec.name, Filter('kind != "page"'), ["id"])
-            with self._lock:
-                if self._present is None:
-                    return
-                if len(rows) + len(self._present) > LISTED_HEADS:
-                    self._present = None
-                    log.info("more than %d memory heads: absence is read by key", LISTED_HEADS)
-                    return
-                self._present.update(str(row["id"]) for row in rows)
-            self.listed.set()
-        except Exception:  # only a shortcut: reads by key answer meanwhile
-            log.exception("listing memory heads failed")
+        build of old rows' heads if one runs (a failed build leaves heads untrusted altogether)."""
+        if self.building is not None:
+            self.building.join()
+        if self.ready.is_set():
+            self.present.load(lambda: every_row(self.store, self.spec.name, Filter('kind != "page"'), ["id"]))
 
     def build(self, scan: Scan) -> None:
         """Write the heads of every stored memory row (one read of the collection), then the built marker."""
@@ -286,13 +268,11 @@ class MemoryHeads:
                     self._known.move_to_end(key)
                 else:
                     missing.append(key)
-            if missing and self.listed.is_set() and self._present is not None:
-                # Every head that may exist is listed: one not among them is none (remembered as a read's None is).
-                present = self._present
-                for key in [key for key in missing if head_id(*key) not in present]:
-                    found[key] = None
-                    self._remember(key, None)
-                missing = [key for key in missing if head_id(*key) in present]
+            # Every head that may exist is listed: one not among them is none (remembered as a read's None is).
+            for key in [key for key in missing if self.present.absent(head_id(*key))]:
+                found[key] = None
+                self._remember(key, None)
+                missing.remove(key)
         if missing:
             stored = self._read(missing)
             found.update(stored)
@@ -422,9 +402,7 @@ class MemoryHeads:
             self._write(wanted, pages)  # one upsert: heads and pages
 
     def _write(self, heads: dict[HeadKey, int], pages: Sequence[Record] = ()) -> None:
-        with self._lock:  # listed before the write: a reader between the two reads the store, as before the list
-            if self._present is not None:
-                self._present.update(head_id(*key) for key in heads)
+        self.present.add(head_id(*key) for key in heads)
         self.store.upsert(self.spec.name, [*pages, *(self._row(key, high) for key, high in heads.items())])
         with self._lock:
             for key, high in heads.items():

@@ -20,7 +20,7 @@ from acn.common.models import Namespace
 from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
 from acn.storage.coordination import Lease, RedisCoordinator
 from acn.storage.crypto import SnapshotCipher
-from acn.storage.memory_heads import LISTED_HEADS
+from acn.storage.listed_ids import ListedIds
 from acn.storage.memory_rows import every_row
 from acn.text.pii import redact_value
 
@@ -120,17 +120,15 @@ class SessionRepository:
         # replica may begin archiving at any time, unseen here: nothing is remembered there (_exclusive).
         self._clear: set[str] = set()
         self._archivings = 0
-        # Lite: the id of every head row that may exist (listed at start, each commit's added before its write),
-        # so that a new session's first call learns "version 0" without a read (~4 ms at a million rows; as
-        # memory_heads.py's list). Trusted once `listed` is set; None beyond LISTED_HEADS sessions.
-        self._present: set[str] | None = set() if self._exclusive else None
-        self.listed = threading.Event()
+        # Lite: the id of every head row and uncommitted archiving mark that may exist (acn/storage/listed_ids.py):
+        # a new session's first call learns "version 0, not archiving" without a read.
+        self.present = ListedIds(enabled=self._exclusive, what="session heads")
         self.listing: threading.Thread | None = None
 
     def open(self, *, background: bool = True) -> None:
         """Create and load the collection; on a Lite file, list its session heads (in the background)."""
         self.store.ensure(self.spec)
-        if self._present is None:
+        if not self.present.enabled:
             return
         if background:
             self.listing = threading.Thread(target=self.list_present, name="acn-sessions-list", daemon=True)
@@ -143,24 +141,10 @@ class SessionRepository:
         return ["sessions_listed"] if self.listing is not None and self.listing.is_alive() else []
 
     def list_present(self) -> None:
-        """List the id of every session head: one read of the sessions collection, off the request path. Until
-        it is done (or if it fails) a session's head is read by key."""
-        try:
-            # Heads, and archiving marks left uncommitted (a request killed between begin_archive and its commit,
-            # maybe before the session's first head): a row not listed is known absent.
-            rows = every_row(self.store, self.spec.name,
-                             Filter("row == {lr} or row == {la}", {"lr": HEAD, "la": ARCHIVING}), ["id"])
-            with self._locks_guard:
-                if self._present is None:
-                    return
-                if len(rows) + len(self._present) > LISTED_HEADS:
-                    self._present = None
-                    log.info("more than %d sessions: a new session's head is read by key", LISTED_HEADS)
-                    return
-                self._present.update(str(row["id"]) for row in rows)
-            self.listed.set()
-        except Exception:  # only a shortcut: reads by key answer meanwhile
-            log.exception("listing session heads failed")
+        """List the ids of every session head and archiving mark left uncommitted (a request killed between
+        begin_archive and its commit, maybe before the session's first head): one read, off the request path."""
+        where = Filter("row == {lr} or row == {la}", {"lr": HEAD, "la": ARCHIVING})
+        self.present.load(lambda: every_row(self.store, self.spec.name, where, ["id"]))
 
     @contextmanager
     def locked(self, tenant: str, namespace: Namespace) -> Iterator[None]:
@@ -263,9 +247,7 @@ class SessionRepository:
             self.coordinator.check(lease)  # type: ignore[union-attr]
             head_row["info"] = {"fence": lease.token}
             lease.read_version = new.version
-        with self._locks_guard:  # listed before the write: a reader in between reads the store
-            if self._present is not None:
-                self._present.add(str(head_row["id"]))
+        self.present.add([str(head_row["id"])])
         self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text), head_row, done_row])
         if self._exclusive:
             with self._locks_guard:
@@ -278,9 +260,8 @@ class SessionRepository:
         """Return True when a request began archiving a turn of the session and never committed (it was killed, or
         its commit refused without its cleanup). Call under locked(), before archiving."""
         key = _session_key(tenant, namespace)
-        with self._locks_guard:
-            if key in self._clear or self._absent(f"{key}:archiving"):
-                return False
+        if key in self._clear or self.present.absent(f"{key}:archiving"):
+            return False
         # By primary key: a lookup Lite answers from its index, not a scan.
         rows = self.store.query(self.spec.name, Filter("id in {aid}", {"aid": [f"{key}:archiving"]}),
                                 fields=["row", "tenant"], limit=1)
@@ -302,7 +283,8 @@ class SessionRepository:
         keys = {_session_key(tenant, Namespace(agent_id=agent, session_id=session)): (agent, session)
                 for agent, session in sessions}
         with self._locks_guard:
-            wanted = sorted(key for key in keys if key not in self._clear and not self._absent(f"{key}:archiving"))
+            wanted = sorted(key for key in keys
+                            if key not in self._clear and not self.present.absent(f"{key}:archiving"))
             archivings = self._archivings
         if not wanted:
             return {}
@@ -331,8 +313,7 @@ class SessionRepository:
         key = _session_key(tenant, namespace)
         with self._locks_guard:
             self._clear.discard(key)
-            if self._present is not None:  # listed before the write, as a head is
-                self._present.add(f"{key}:archiving")
+        self.present.add([f"{key}:archiving"])  # listed before the write, as a head is
         try:
             self.store.upsert(self.spec.name, [self._archiving_row(tenant, namespace, state, ARCHIVING)])
         finally:
@@ -377,15 +358,9 @@ class SessionRepository:
                                  "held an expired one: nothing was written; reload and retry")
         return version
 
-    def _absent(self, row_id: str) -> bool:
-        """Return True when a row is known absent: every head and archiving mark is listed, not this one (call
-        with _locks_guard held)."""
-        return self.listed.is_set() and self._present is not None and row_id not in self._present
-
     def _stored_version(self, tenant: str, namespace: Namespace) -> int:
-        with self._locks_guard:
-            if self._absent(_head_id(tenant, namespace)):
-                return 0  # no head was ever written for this session
+        if self.present.absent(_head_id(tenant, namespace)):
+            return 0  # no head was ever written for this session
         rows = self._by_id(tenant, namespace, [_head_id(tenant, namespace)], ["version"])
         return int(rows[0]["version"]) if rows else 0
 
