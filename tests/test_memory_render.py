@@ -59,3 +59,17 @@ def test_a_memory_a_recent_turn_already_shows_is_not_repeated(client: FlaskClien
     memory = body["memory_text"].splitlines()
     assert memory == ["[来自记忆 · 事实] 车位的月租是三百元"]  # the fact the recent turn says is not repeated
     assert [s["kind"] for s in body["sources"] if s["layer"] == "memory"] == ["fact"]
+
+
+def test_who_the_user_is_stays_in_the_memory_layer_while_a_recent_turn_shows_it(client: FlaskClient,
+                                                                                  ns: dict[str, str]) -> None:
+    # The memory layer is what a builder puts in the system prompt (Dify's read_context: memory_text): an identity
+    # line dropped while its turn is in view would make that prompt change as the turns scroll.
+    said = "我是VIP客户，我的订单号是 ORD-20250317-8821"
+    assert post(client, "memory_write", {**ns, "items": [{"kind": "identity", "content": said}]}).status_code == 200
+    recent = [{"role": "user", "content": f"{said}，请帮我查物流"}, {"role": "assistant", "content": "好的。"}]
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 1000, "messages": recent,
+                                     "user_input": "我的订单号是多少？"}).get_json()
+    assert said in body["history_text"]
+    assert [s["kind"] for s in body["sources"] if s["layer"] == "memory"] == ["identity"]
+    assert "ORD-20250317-8821" in body["memory_text"]

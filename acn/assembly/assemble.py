@@ -16,7 +16,14 @@ from acn.assembly.current import current_memories, current_segments, stale_value
 from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept
 from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
 from acn.assembly.recall import focused_memories, message_order, readable, relative_floor, turn_pool, unreadable_reason
-from acn.assembly.standing import FOCUSED_KINDS, STANDING_SHARE, as_messages, standing_memories, within_share
+from acn.assembly.standing import (
+    FOCUSED_KINDS,
+    STANDING_KINDS,
+    STANDING_SHARE,
+    as_messages,
+    standing_memories,
+    within_share,
+)
 from acn.common.conversation import SessionState
 from acn.common.errors import ValidationError
 from acn.common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
@@ -346,6 +353,10 @@ def without_repeats(fitted: dict[str, Fitted], candidates: dict[str, list[Item]]
         if item.source and item.source.get("kind") == "turn" and item.source.get("turn_range") \
                 and item.source["turn_range"][0] in in_history:
             return True
+        if item.source and item.source.get("kind") in STANDING_KINDS:
+            # Who the user is and the rules in force stay, shown or not: the memory layer is what a builder puts in
+            # the system prompt (Dify's read_context: memory_text), which would otherwise change as turns scroll.
+            return False
         text = normalise(item.text) if item.text else ""
         return bool(text) and any(text in message for message in said)
 
