@@ -8,6 +8,8 @@ Each test restarts the app on a real Lite file, so what is known comes from the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,19 @@ def seeded(path: Path) -> None:
         app.extensions["acn"].close()
 
 
+@contextmanager
+def restarted(tmp_path: Path) -> Iterator[Flask]:
+    """Seed the store, close, open again and wait for both start-up lists: what is known comes from them."""
+    seeded(tmp_path)
+    app = opened(tmp_path)
+    try:
+        runtime = app.extensions["acn"]
+        assert runtime.sessions.present.listed.wait(30) and runtime.memories.heads.present.listed.wait(30)
+        yield app
+    finally:
+        app.extensions["acn"].close()
+
+
 def reads(counted: Counted) -> list[tuple[str, str, int, bool]]:
     return [call for call in counted.calls if call[0] in ("query", "search_text", "search_dense")]
 
@@ -52,28 +67,19 @@ def called(app: Flask, node: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_new_sessions_first_calls_after_a_restart_read_nothing_from_the_store(tmp_path: Path) -> None:
-    seeded(tmp_path)
-    app = opened(tmp_path)
-    try:
-        runtime = app.extensions["acn"]
-        assert runtime.sessions.present.listed.wait(30) and runtime.memories.heads.present.listed.wait(30)
-        counted = Counted(runtime.store)
+    with restarted(tmp_path) as app:
+        counted = Counted(app.extensions["acn"].store)
         new = {"agent_id": "new-agent", "session_id": "new-chat"}
         answer = called(app, "assemble", {**new, "mode": "focused", "user_input": "订单到哪了", "max_tokens": 1000})
         assert answer["sources"] == [] and reads(counted) == []  # before: 2 primary-key reads
         assert called(app, "record_turn", {**new, "messages": TURN})["turn"] == 1
-        assert [r["action"] for r in called(app, "memory_write", {**new, "items": [{"content": "客户住在杭州"}]})["results"]] == ["added"]
+        written = called(app, "memory_write", {**new, "items": [{"content": "客户住在杭州"}]})
+        assert [result["action"] for result in written["results"]] == ["added"]
         assert reads(counted) == []  # before: record_turn read the session head
-    finally:
-        app.extensions["acn"].close()
 
 
 def test_sessions_the_list_holds_are_read_as_before(tmp_path: Path) -> None:
-    seeded(tmp_path)
-    app = opened(tmp_path)
-    try:
-        assert app.extensions["acn"].sessions.present.listed.wait(30)
-        assert app.extensions["acn"].memories.heads.present.listed.wait(30)
+    with restarted(tmp_path) as app:
         # The old session's head: its next turn is turn 2, and its own memories are found.
         assert called(app, "record_turn", {**OLD, "messages": TURN})["turn"] == 2
         found = called(app, "memory_retrieve", {**OLD, "query": "会员等级"})
@@ -81,8 +87,6 @@ def test_sessions_the_list_holds_are_read_as_before(tmp_path: Path) -> None:
         # The agent's head: a new session of the same agent reads the agent-scope memory written before.
         found = called(app, "memory_retrieve", {"agent_id": "old-agent", "session_id": "next-chat", "query": "快递"})
         assert [memory["content"] for memory in found["memories"]] == ["客户喜欢顺丰快递"]
-    finally:
-        app.extensions["acn"].close()
 
 
 def test_an_archiving_mark_left_before_a_sessions_first_commit_is_still_found_after_a_restart(tmp_path: Path) -> None:
@@ -111,15 +115,9 @@ def test_an_archiving_mark_left_before_a_sessions_first_commit_is_still_found_af
 
 
 def test_readyz_waits_for_the_lists(tmp_path: Path) -> None:
-    seeded(tmp_path)
-    app = opened(tmp_path)
-    try:
-        runtime = app.extensions["acn"]
-        assert runtime.sessions.present.listed.wait(30) and runtime.memories.heads.present.listed.wait(30)
+    with restarted(tmp_path) as app:
         ready = app.test_client().get("/readyz")
         assert ready.status_code == 200 and ready.get_json()["pending"] == []
-    finally:
-        app.extensions["acn"].close()
 
 
 def test_a_list_over_its_bound_or_one_that_failed_is_not_trusted() -> None:
