@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -39,11 +40,50 @@ def missing_prerequisite(message: str) -> None:
     pytest.skip(f"SKIPPED, prerequisite missing: {message}")
 
 
+# Where free_port chooses (see there): below Linux's default ephemeral range, above most services' ports.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+CHOSEN_PORTS = (20000, 32767)
+PORT_TRIES = 200
+_GIVEN_PORTS: set[int] = set()
+
+
 def free_port() -> int:
-    """Return a free TCP port on loopback."""
-    with socket.socket() as sock:
+    """Return a free TCP port on loopback for a server a test starts, outside the kernel's ephemeral range.
+
+    The kernel hands out ports of that range on its own: to every socket bound to port 0 (a Milvus Lite server, a
+    stub) and as the source port of every outgoing connection. A port chosen there could be taken by one of those
+    between this call and the server's bind (`python server.py` then exits 2, "cannot listen": a test that failed
+    now and then when another run shared the machine). Below the range only another explicit choice can take it,
+    and this process never gives the same port twice.
+    """
+    top = min(CHOSEN_PORTS[1], ephemeral_low() - 1)
+    rng = random.Random()
+    for _ in range(PORT_TRIES if top >= CHOSEN_PORTS[0] else 0):
+        port = rng.randint(CHOSEN_PORTS[0], top)
+        if port not in _GIVEN_PORTS and bindable(port):
+            _GIVEN_PORTS.add(port)
+            return port
+    with socket.socket() as sock:  # no room below the range (or every try taken): let the kernel choose
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def ephemeral_low() -> int:
+    """Return the first port of the kernel's ephemeral range (Linux's default 32768 when it cannot be read)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def bindable(port: int) -> bool:
+    """Return True when nothing holds the port on loopback now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen[bytes] | None = None) -> None:
