@@ -68,6 +68,9 @@ def test_a_single_line_or_a_time_or_a_url_is_not_a_dialogue() -> None:
         assert spoken_text(text) == text
     assert speaker_and_text("at 10:30 we met") == (None, "at 10:30 we met")
     assert speaker_and_text("https://example.com/x") == (None, "https://example.com/x")
+    # A label used once is part of its line, not a speaker.
+    assert [line.text for line in lines_of("Note: the VPN is down\nError: timeout\nwhat now?")] == [
+        "Note: the VPN is down", "Error: timeout", "what now?"]
     # Two lines are a dialogue when both are spoken.
     assert latest_utterances("user: 我的猫叫什么？\nassistant: 我记不清了") == ["我记不清了", "我的猫叫什么？"]
 

@@ -16,6 +16,7 @@ An input of one line, or two lines that are not two speakers, is none of this: o
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from acn.text.pleasantries import is_pleasantry
@@ -37,6 +38,7 @@ _QUOTES = "\"'“”「」‘’ "
 # Speakers that are the assistant's side of a pasted dialogue; every other speaker is a person talking.
 _ASSISTANT = re.compile(r"(?:assistant|ai|bot|chatbot|system|gpt|chatgpt|model|agent|助手|小助手|智能助手|"
                         r"ai助手|助理|机器人|客服|系统)", re.IGNORECASE)
+_ROLE = re.compile(r"(?:user|human|me|customer|用户|我|客户)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +56,22 @@ class Line:
 def lines_of(text: str) -> list[Line]:
     """Return the lines of a multi-line input, in order; [] for an input that is neither a dialogue nor a
     pasted text (fewer than MIN_LINES non-empty lines, and not two speaker lines)."""
-    lines = [Line(*speaker_and_text(line)) for line in text.splitlines() if line.strip()]
+    raw = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [Line(*speaker_and_text(line)) for line in raw]
+    # A name is a speaker when it has turns (opens two lines or more) or is a role ("user", "assistant"); a label
+    # used once ("Note: …", "Error: …") is part of its line.
+    turns = Counter(line.speaker for line in lines)
+    lines = [line if line.speaker is None or turns[line.speaker] > 1 or is_role(line.speaker) else Line(None, whole)
+             for line, whole in zip(lines, raw, strict=True)]
     speakers = sum(line.speaker is not None for line in lines)
     if len(lines) < MIN_LINES and not (len(lines) == 2 and speakers == 2):
         return []
     return lines
+
+
+def is_role(speaker: str) -> bool:
+    """Return True for a role name ("user", "assistant", "用户", "助手"), a speaker even on one line."""
+    return _ROLE.fullmatch(speaker) is not None or _ASSISTANT.fullmatch(speaker) is not None
 
 
 def speaker_and_text(line: str) -> tuple[str | None, str]:
