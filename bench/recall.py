@@ -258,6 +258,7 @@ def evaluate(job: Job) -> tuple[list[Record], float, float]:
     from acn.assembly import hops
 
     hops.FOCUS, hops.SECOND_HOP = "focus" not in job.ablate, "hop" not in job.ablate  # per process (spawned)
+    hops.DIALOGUE = "dialogue" not in job.ablate
     from acn.retrieval import ranker
 
     ranker.LEARNED = "ranker" not in job.ablate  # without it: the hand-tuned order (ACN_RANKER=off)
@@ -467,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--joined-conversations", type=int, default=20,
                         help="conversations of each chained / rambling suite (half dev, half test)")
     parser.add_argument("--suites", default=",".join(SUITES))
-    parser.add_argument("--ablate", default="", help="ours without these steps: focus, hop (acn/assembly/hops.py), "
-                                                      "ranker (the learned order, acn/retrieval/ranker.py)")
+    parser.add_argument("--ablate", default="", help="ours without these steps: focus, hop, dialogue "
+                                                      "(acn/assembly/hops.py), ranker (the learned order, "
+                                                      "acn/retrieval/ranker.py)")
     parser.add_argument("--budgets", default="1000,2000,4000")
     parser.add_argument("--ours-embedder", default="use", help="ACN_EMBEDDER of ours (none = BM25 only)")
     parser.add_argument("--dense-embedder", default="use", help="registered embedder name of the dense baseline")
