@@ -66,3 +66,12 @@ def test_sentences_split_on_ends_and_second_question_openers_not_inside_numbers(
     assert split_sentences("价格是3.5元。另外，在哪买的？") == ["价格是3.5元。", "另外，在哪买的？"]
     assert split_sentences("It costs 3.5 dollars. Also, where?") == ["It costs 3.5 dollars.", "Also, where?"]
     assert split_sentences("I also bought a tent.") == ["I also bought a tent."]
+
+
+def test_a_message_typed_over_several_lines_is_read_line_by_line_and_a_pasted_dialogue_stays_whole() -> None:
+    # Shift+Enter in a chat box: each line is a sentence of one message.
+    typed = "今天好热\n我想问问表哥生日是哪天？\n说错了，其实我想问表姐现在做什么工作？"
+    assert focus(typed).questions == ("表姐现在做什么工作？",)
+    assert focus("我的相机放哪了？\n另外，我房东生日是哪天？").questions == ("我的相机放哪了？", "另外，我房东生日是哪天？")
+    dialogue = "Bart: 我要表演魔术！\nAssistant: 说错了，其实我想问你想表演什么？\nBart: 你记得我上次表演吗？"
+    assert focus(dialogue).questions == (dialogue,)  # speakers' lines are context (acn/retrieval/dialogue.py)

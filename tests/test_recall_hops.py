@@ -68,6 +68,19 @@ def test_a_self_correction_retrieves_for_what_follows_it(tmp_path: Path) -> None
         app.extensions["acn"].close()
 
 
+def test_a_self_correction_typed_over_several_lines_retrieves_for_what_follows_it(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path))
+    try:
+        client = app.test_client()
+        feed(client)
+        # Three lines, no speakers: one message typed with line breaks, not a pasted dialogue.
+        text = memory_text(client, "中午吃了碗牛肉面\n我想问问表哥用的是小米14吗\n说错了，其实我想问舅舅最近迷上了什么？")
+        assert "舅舅最近迷上了钓鱼" in text
+        assert "表哥一直用的是小米14" not in text  # the abandoned question (searched for when read as pasted text)
+    finally:
+        app.extensions["acn"].close()
+
+
 def test_lists_merge_with_each_best_scored_alike_and_a_memory_keeps_its_best() -> None:
     first = [Ranked(memory("a"), 0.8, {}), Ranked(memory("b"), 0.4, {})]
     second = [Ranked(memory("c"), 0.4, {}), Ranked(memory("b"), 0.2, {})]

@@ -67,11 +67,13 @@ def gathered(query: str, search: Search, top_k: int, *, focus: bool | None = Non
     default to FOCUS and SECOND_HOP."""
     focus = FOCUS if focus is None else focus
     hops = SECOND_HOP if hops is None else hops
-    latest = latest_utterances(query) if focus and DIALOGUE else []
-    if latest:  # a pasted dialogue or text: no question to focus on, no entity to hop from
+    asked = read_focus(query) if focus else None
+    # A message typed over several lines that corrects itself or asks several things is read for its focus; any
+    # other multi-line input (a pasted dialogue or text) has no question to focus on, no entity to hop from.
+    latest = latest_utterances(query) if focus and DIALOGUE and not (asked and asked.changed) else []
+    if latest:
         return merged([search(spoken_text(query), top_k), *(search(line, top_k) for line in latest)],
                       weights=[1.0, *[DIALOGUE_WEIGHT] * len(latest)])
-    asked = read_focus(query) if focus else None
     questions = asked.questions if asked is not None and asked.changed else (query,)
     lists = [search(question, top_k) for question in questions]
     hopped = [found for question, first in zip(questions, lists, strict=True)

@@ -69,6 +69,11 @@ def lines_of(text: str) -> list[Line]:
     return lines
 
 
+def is_dialogue(text: str) -> bool:
+    """Return True for a pasted dialogue: a multi-line input with lines opened by speakers (lines_of)."""
+    return "\n" in text.strip() and any(line.speaker is not None for line in lines_of(text))
+
+
 def is_role(speaker: str) -> bool:
     """Return True for a role name ("user", "assistant", "用户", "助手"), a speaker even on one line."""
     return _ROLE.fullmatch(speaker) is not None or _ASSISTANT.fullmatch(speaker) is not None

@@ -11,8 +11,10 @@ and the abandoned question. The rules here are general and textual (zh and en):
 - statements before the first question that share no content term with it (the weather, a coffee) are dropped,
   unless the question points back at them ("他", "she", "that"): then they are its subject and stay.
 
-An input with one question and nothing to drop comes back as itself: retrieval is unchanged for it. Multi-line
-inputs (a pasted dialogue) are left whole: their lines are context, not chit-chat.
+An input with one question and nothing to drop comes back as itself: retrieval is unchanged for it. A pasted
+dialogue (lines opened by speakers, acn/retrieval/dialogue.py) is left whole: its lines are context, not chit-chat.
+A message typed over several lines ("今天好热\n我想问问表哥生日是哪天\n说错了，其实我想问…", Shift+Enter in a
+chat box) is read as one, each line a sentence.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from acn.retrieval.dialogue import is_dialogue
 from acn.text.terms import content_term_set
 
 # A self-correction or a "what I really want to ask" marker: what follows replaces what came before.
@@ -35,12 +38,12 @@ _CORRECTION = re.compile(
 _MARKER_TAIL = re.compile(r"^[\s,，:：、.。!！]*(?:(?:其实|应该是|应该|想问|的是|is|"
                           r"i (?:wanted|want|meant) to (?:ask|know)|to ask)[\s,，:：]*)*", re.IGNORECASE)
 # A second question in the same input: "另外，…", "还有，…", "also, …", "and another thing: …".
-_SECOND = re.compile(r"(?:^|(?<=[。！？!?；;])|(?<=[。！？!?.;]\s))"
+_SECOND = re.compile(r"(?:^|(?<=[。！？!?；;\n])|(?<=[。！？!?.;]\s))"
                      r"(?:另外|还有|顺便问下|顺便问一下|对了|再问一下|"
                      r"also|and another thing|oh,? and|plus|one more thing)"
                      r"[\s,，:：]*", re.IGNORECASE)
-# Sentence ends; an English full stop ends a sentence only before a space (not "3.5", not "e.g").
-_SENTENCE = re.compile(r"(?<=[。！？!?；;])|(?<=[a-z)\]\"'][.])(?=\s)")
+# Sentence ends (a line end too); an English full stop ends a sentence only before a space (not "3.5", "e.g").
+_SENTENCE = re.compile(r"(?<=[。！？!?；;\n])|(?<=[a-z)\]\"'][.])(?=\s)")
 _ASKS = re.compile(r"[?？]\s*$|[吗呢么][。!！]?\s*$|^\s*(?:what|where|when|who|which|how|why|is|are|do|does|did|can)\b",
                    re.IGNORECASE)
 # A question that points back at what was said before it needs that statement as its subject.
@@ -65,8 +68,9 @@ class Focus:
 def focus(text: str) -> Focus:
     """Return the questions an input asks after its last self-correction, chit-chat before them dropped."""
     stripped = text.strip()
-    if not stripped or len(stripped) > MAX_FOCUS_CHARS or "\n" in stripped:
+    if not stripped or len(stripped) > MAX_FOCUS_CHARS or is_dialogue(stripped):
         return Focus((text,))
+    stripped = "\n".join(line.strip() for line in stripped.splitlines() if line.strip())
     head, tail = after_correction(stripped)
     sentences = split_sentences(tail)
     questions = split_questions(sentences)
