@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from flask.testing import FlaskClient
 
 from acn.assembly.hops import HOP_WEIGHT, gathered, hop_query, merged
@@ -54,29 +55,21 @@ def test_a_chained_question_finds_the_message_that_shares_only_the_entity(tmp_pa
         app.extensions["acn"].close()
 
 
-def test_a_self_correction_retrieves_for_what_follows_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("question", [
+    "中午吃了碗牛肉面。我想问问表哥用的是小米14吗？说错了，其实我想问舅舅最近迷上了什么？",
+    # Typed over three lines, no speakers: one message with line breaks, not a pasted dialogue.
+    "中午吃了碗牛肉面\n我想问问表哥用的是小米14吗\n说错了，其实我想问舅舅最近迷上了什么？",
+])
+def test_a_self_correction_retrieves_for_what_follows_it(tmp_path: Path, question: str) -> None:
     app = create_app(make_settings(tmp_path))
     try:
         client = app.test_client()
         feed(client)
-        text = memory_text(client, "中午吃了碗牛肉面。我想问问表哥用的是小米14吗？说错了，其实我想问舅舅最近迷上了什么？")
+        text = memory_text(client, question)
         assert "舅舅最近迷上了钓鱼" in text
         # The abandoned question is not retrieved for (it matches its message word for word: without the focus
         # that message is served).
         assert "表哥一直用的是小米14" not in text
-    finally:
-        app.extensions["acn"].close()
-
-
-def test_a_self_correction_typed_over_several_lines_retrieves_for_what_follows_it(tmp_path: Path) -> None:
-    app = create_app(make_settings(tmp_path))
-    try:
-        client = app.test_client()
-        feed(client)
-        # Three lines, no speakers: one message typed with line breaks, not a pasted dialogue.
-        text = memory_text(client, "中午吃了碗牛肉面\n我想问问表哥用的是小米14吗\n说错了，其实我想问舅舅最近迷上了什么？")
-        assert "舅舅最近迷上了钓鱼" in text
-        assert "表哥一直用的是小米14" not in text  # the abandoned question (searched for when read as pasted text)
     finally:
         app.extensions["acn"].close()
 
