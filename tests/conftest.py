@@ -196,6 +196,13 @@ def post(client: FlaskClient, node: str, body: dict[str, Any], **kwargs: Any) ->
     return client.post(f"/v1/nodes/{node}", json=body, **kwargs)
 
 
+def focused_memory_text(client: FlaskClient, namespace: dict[str, str], user_input: str, max_tokens: int = 300) -> str:
+    """Return the memory layer of a focused assemble for the input, with no recent turns (retrieval alone)."""
+    body = post(client, "assemble", {**namespace, "mode": "focused", "max_tokens": max_tokens, "messages": [],
+                                     "user_input": user_input}).get_json()
+    return str(body["memory_text"])
+
+
 def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
     """Assert the canonical error envelope and return its body."""
     assert response.status_code == status, response.get_data(as_text=True)

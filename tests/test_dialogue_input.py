@@ -13,7 +13,7 @@ from acn.common.models import Memory
 from acn.retrieval.dialogue import MAX_UTTERANCES, latest_utterances, lines_of, speaker_and_text, spoken_text
 from acn.retrieval.rank import Ranked
 from acn.server import create_app
-from tests.conftest import make_settings, post
+from tests.conftest import focused_memory_text, make_settings, post
 
 ZH_DIALOGUE = ("<Bart>:\"嘿，你知道吗？元旦晚会我要表演魔术！\"\n"
                "<Assistant>:\"真是太棒了！我可以想象现场观众都被你的魔术吸引。\"\n"
@@ -124,9 +124,7 @@ def feed(client: FlaskClient) -> None:
 
 
 def memory_text(client: FlaskClient, user_input: str) -> str:
-    body = post(client, "assemble", {**NS, "mode": "focused", "max_tokens": 300, "messages": [],
-                                     "user_input": user_input}).get_json()
-    return str(body["memory_text"])
+    return focused_memory_text(client, NS, user_input)
 
 
 def test_a_memory_cued_only_by_the_last_utterance_of_a_pasted_dialogue_is_in_the_context(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from acn.assembly.hops import HOP_WEIGHT, gathered, hop_query, merged
 from acn.common.models import Memory
 from acn.retrieval.rank import Ranked
 from acn.server import create_app
-from tests.conftest import make_settings, post
+from tests.conftest import focused_memory_text, make_settings, post
 
 NS = {"agent_id": "hops", "session_id": "hops-1"}
 FILLER = ["今天地铁好挤", "中午吃了碗牛肉面", "楼下的桂花开了", "下午开了三个会", "周末想出去走走", "外卖又超时了",
@@ -37,9 +37,7 @@ def feed(client: FlaskClient) -> None:
 
 
 def memory_text(client: FlaskClient, question: str) -> str:
-    body = post(client, "assemble", {**NS, "mode": "focused", "max_tokens": 300, "messages": [],
-                                     "user_input": question}).get_json()
-    return str(body["memory_text"])
+    return focused_memory_text(client, NS, question)
 
 
 def test_a_chained_question_finds_the_message_that_shares_only_the_entity(tmp_path: Path) -> None:
