@@ -1,6 +1,7 @@
 """Focused assemble and record_turn latency with 10k memories in ONE namespace, per embedder (issue 28's cost target).
 
 Run: .venv/bin/python -m bench.assemble_10k [--embedder use] [--size 10000] [--calls 60] [--out FILE]
+                                            [--compare [--calls 200]]
 
 bench.perf seeds 10k memories spread over many namespaces (60 in the one it searches); this one puts them all in one
 agent's session, where focused assemble's BM25 and dense searches, neighbours and second hop see every row: the store
@@ -9,6 +10,11 @@ drains, the app is closed and opened again (cold caches), a few warm-up calls, t
 and at 4k tokens (questions bench.perf's generator makes for memories of the namespace, each asked once) and 50
 record_turn calls of two messages in the same session. Each ten seeded rows are two turns of the session (four
 archived messages) and six facts extracted from them. In process (Flask's test client), one call at a time.
+
+`--compare` measures, in the same run, the 1k assemble as it is and with the cost cuts of VARIANTS undone: each
+question is asked once per variant, the variants in a rotated order (so each comes first as often), and the
+table gives each variant's times and their ratio to "now" (the machines are shared: a ratio in one run holds
+where two runs' absolute times do not).
 """
 
 from __future__ import annotations
@@ -21,13 +27,54 @@ import tempfile
 import time
 from pathlib import Path
 
+from flask.testing import FlaskClient
+
+from acn.assembly import hops
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.settings import Settings
+from acn.retrieval import rank
 from acn.server import create_app
 from bench.perf import SEED_KINDS, memory_text, seed_memory
 
 NAMESPACE = {"agent_id": "big-agent", "session_id": "big-session"}
 BATCH = 500
+# What --compare sets for each variant: the hop's legs' pool, and whether score_all builds only what may be kept.
+VARIANTS = {
+    "now": {"hop_pool": hops.HOP_SEARCH_POOL, "leave_out": True},
+    "hop legs take 120": {"hop_pool": rank.MIN_POOL, "leave_out": True},
+    "every candidate built": {"hop_pool": hops.HOP_SEARCH_POOL, "leave_out": False},
+    "before both": {"hop_pool": rank.MIN_POOL, "leave_out": False},
+}
+
+
+def use_variant(name: str) -> None:
+    hops.HOP_SEARCH_POOL = VARIANTS[name]["hop_pool"]
+    rank.LEAVE_OUT = bool(VARIANTS[name]["leave_out"])
+
+
+def compared(client: FlaskClient, questions: list[str]) -> list[str]:
+    """Ask each question once per variant, in rotated order; return the table's lines."""
+    names = list(VARIANTS)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    try:
+        for number, question in enumerate(questions):
+            for name in names[number % len(names):] + names[:number % len(names)]:
+                use_variant(name)
+                began = time.perf_counter()
+                response = client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused",
+                                                                    "user_input": question, "max_tokens": 1000})
+                times[name].append((time.perf_counter() - began) * 1000)
+                assert response.status_code == 200, response.get_data(as_text=True)
+    finally:
+        use_variant("now")
+    now = times["now"]
+    lines = ["| assemble 1k | n | p50 ms | p95 ms | mean ms | p50 / now | mean / now |",
+             "|---|---|---|---|---|---|---|"]
+    for name, values in times.items():
+        lines.append(f"| {name} | {len(values)} | {percentile(values, 0.5):.1f} | {percentile(values, 0.95):.1f} | "
+                     f"{statistics.mean(values):.1f} | {percentile(values, 0.5) / percentile(now, 0.5):.2f} | "
+                     f"{statistics.mean(values) / statistics.mean(now):.2f} |")
+    return lines
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -42,6 +89,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--out", default="")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of the 1k assembles")
+    parser.add_argument("--compare", action="store_true", help="the 1k assemble with and without the cost cuts")
     args = parser.parse_args()
     started, load = time.perf_counter(), os.getloadavg()[0]
     rng, now = random.Random(28), int(time.time() * 1000)
@@ -72,16 +120,20 @@ def main() -> None:
         runtime = app.extensions["acn"]
         client = app.test_client()
         asked = random.Random(5).sample(questions, 2 * args.calls + 5)
+        table: list[str] = []
         times: dict[str, list[float]] = {"assemble 1k": [], "assemble 4k": [], "record_turn": [],
                                          "assemble 1k after a record_turn": []}
         try:
             for question in asked[:5]:  # warm-up: the first search loads the session's rows
                 client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused", "user_input": question})
+            if args.compare:
+                table = compared(client, asked[5:5 + args.calls])
+                times.clear()
             profiler = None
             if args.profile:
                 import cProfile
                 profiler = cProfile.Profile()
-            for number, question in enumerate(asked[5:]):
+            for number, question in enumerate(asked[5:] if times else []):
                 budget = 1000 if number % 2 == 0 else 4000
                 if profiler is not None and budget == 1000:
                     profiler.enable()
@@ -95,7 +147,7 @@ def main() -> None:
             if profiler is not None:
                 import pstats
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
-            for turn in range(50):
+            for turn in range(50 if times else 0):
                 messages = [{"role": "user", "content": f"{questions[-1 - turn]} (turn {turn})"},
                             {"role": "assistant", "content": f"Noted: {questions[turn]}"}]
                 began = time.perf_counter()
@@ -104,7 +156,7 @@ def main() -> None:
                 assert response.status_code == 200, response.get_data(as_text=True)
             # The agent loop: each turn recorded, then the next input assembled (the writes between change what
             # the calls above kept from one assemble to the next).
-            for turn, question in enumerate(asked[5:35]):
+            for turn, question in enumerate(asked[5:35] if times else []):
                 messages = [{"role": "user", "content": f"{questions[turn]} (loop {turn})"},
                             {"role": "assistant", "content": f"Noted: {questions[-1 - turn]}"}]
                 response = client.post("/v1/nodes/record_turn", json={**NAMESPACE, "messages": messages})
@@ -116,12 +168,13 @@ def main() -> None:
                 assert response.status_code == 200, response.get_data(as_text=True)
         finally:
             runtime.close()
+    flag = " --compare" if args.compare else ""
     lines = [f"# Focused assemble with {args.size:,} memories in one namespace, ACN_EMBEDDER={args.embedder} "
-             f"({time.strftime('%Y-%m-%d')}, `python -m bench.assemble_10k --embedder {args.embedder}`)", "",
+             f"({time.strftime('%Y-%m-%d')}, `python -m bench.assemble_10k --embedder {args.embedder}{flag}`)", "",
              f"In process, one call at a time, after a restart and 5 warm-up calls; seeding and embedding took "
              f"{seeded:.0f} s. 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
              f"({os.cpu_count()} cores, shared).", "",
-             "| call | n | p50 ms | p95 ms | mean ms |", "|---|---|---|---|---|"]
+             *(table if args.compare else ["| call | n | p50 ms | p95 ms | mean ms |", "|---|---|---|---|---|"])]
     for name, values in times.items():
         lines.append(f"| {name} | {len(values)} | {percentile(values, 0.5):.1f} | {percentile(values, 0.95):.1f} | "
                      f"{statistics.mean(values):.1f} |")

@@ -78,7 +78,7 @@ def test_a_single_line_or_a_time_or_a_url_is_not_a_dialogue() -> None:
 def test_a_single_line_input_costs_exactly_one_search() -> None:
     asked: list[str] = []
 
-    def search(text: str, k: int) -> list[Ranked]:
+    def search(text: str, k: int, pool: int | None = None) -> list[Ranked]:
         asked.append(text)
         return [Ranked(memory(text), 1.0, {})]
 
@@ -89,7 +89,7 @@ def test_a_single_line_input_costs_exactly_one_search() -> None:
 def test_a_dialogue_costs_its_main_query_and_at_most_three_utterances_each_scaled_below_it() -> None:
     asked: list[str] = []
 
-    def search(text: str, k: int) -> list[Ranked]:
+    def search(text: str, k: int, pool: int | None = None) -> list[Ranked]:
         asked.append(text)
         return [Ranked(memory(text), 2.0 if len(asked) == 1 else 0.5, {})]
 

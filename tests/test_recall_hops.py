@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from acn.assembly.hops import HOP_WEIGHT, gathered, hop_query, merged
+from acn.assembly.hops import HOP_SEARCH_POOL, HOP_WEIGHT, gathered, hop_query, merged
 from acn.common.models import Memory
 from acn.retrieval.rank import Ranked
 from acn.server import create_app
@@ -89,13 +89,17 @@ def test_hop_query_is_the_hits_rare_terms_then_what_the_question_still_asks() ->
 
 def test_one_question_covered_by_its_best_hit_takes_one_search() -> None:
     calls: list[str] = []
+    pools: list[int | None] = []
 
-    def search(text: str, k: int) -> list[Ranked]:
+    def search(text: str, k: int, pool: int | None = None) -> list[Ranked]:
         calls.append(text)
+        pools.append(pool)
         return [Ranked(memory(f"m{len(calls)}", "表哥的生日是3月5号"), 0.9, {})]
 
     assert [r.memory.id for r in gathered("表哥的生日是哪天？", search, 10)] == ["m1"] and len(calls) == 1
     gathered("生日在3月5号的那个人平时用什么牌子的手机？", search, 10)  # the hit leaves 手机 unsaid: a hop for it
     assert len(calls) == 3 and "手机" in calls[-1]
+    # The hop keeps its best HOP_POOL: each of its legs takes HOP_SEARCH_POOL candidates, not the first pass's.
+    assert pools[1:] == [None, HOP_SEARCH_POOL]
     hop = gathered("生日在3月5号的那个人平时用什么牌子的手机？", search, 10)
     assert all(r.score <= 0.9 for r in hop) and any(r.score == round(0.9 * HOP_WEIGHT, 4) for r in hop)

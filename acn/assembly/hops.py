@@ -22,8 +22,8 @@ whose best hit covers it take none of this: one search, as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from acn.retrieval.dialogue import latest_utterances, spoken_text
 from acn.retrieval.query_focus import focus as read_focus
@@ -53,11 +53,18 @@ HOP_COVERAGE = 0.6
 HOP_WEIGHT = 0.65
 HOP_TERMS = 4  # the hit's own terms added to the hop query: the rarest in the first pass's pool
 HOP_POOL = 20
+# Candidates each leg (BM25, dense) of a hop's search takes before fusion: what is kept is its best HOP_POOL, and
+# scoring the first pass's 120 a leg cost a third of an assemble at 10k memories (bench.assemble_10k).
+HOP_SEARCH_POOL = 40
 HOP_QUESTION_CHARS = 300
 # A term in more than this share of the first pass's candidates is the topic, not an entity ("今天", "买").
 COMMON_SHARE = 0.2
 
-Search = Callable[[str, int], list[Ranked]]
+class Search(Protocol):
+    """`search(text, k)`: the best k candidates for the text; `pool`: candidates each leg takes (default: the
+    caller's)."""
+
+    def __call__(self, text: str, k: int, pool: int | None = None) -> list[Ranked]: ...
 
 
 def gathered(query: str, search: Search, top_k: int, *, focus: bool | None = None,
@@ -116,7 +123,7 @@ def second_hops(question: str, first: list[Ranked], search: Search) -> list[list
         hop = hop_query(hit, wanted, pool)
         if not hop:
             continue
-        results = [r for r in search(hop, HOP_POOL) if r.memory.id != hit.memory.id]
+        results = [r for r in search(hop, HOP_POOL, HOP_SEARCH_POOL) if r.memory.id != hit.memory.id]
         if not results or results[0].score <= 0:
             continue
         best = results[0].score

@@ -107,9 +107,9 @@ def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: i
     # One ranking over facts and archived messages together: BM25 normalisation and term weights are shared,
     # so a weakly matching fact does not outrank a message that answers the input.
     many = wants_many(query)
-    def search(text: str, k: int) -> list[Ranked]:
+    def search(text: str, k: int, pool: int | None = None) -> list[Ranked]:
         return ranked(namespace, text, deps, kinds=list(get_args(MemoryKind)), top_k=k,
-                      dense_weight=MANY_DENSE_WEIGHT if many else None)
+                      dense_weight=MANY_DENSE_WEIGHT if many else None, pool=pool)
 
     found = gathered(query, search, top_k + turn_pool)  # each question of the input, and a second hop
     events = [r for r in found if r.memory.kind != "turn"]
@@ -158,8 +158,9 @@ def turn_pool(max_tokens: int) -> int:
 
 
 def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKind] | None,
-           top_k: int, dense_weight: float | None = None) -> list[Ranked]:
-    """Return the top_k memories for the query, scored exactly as memory_retrieve does."""
+           top_k: int, dense_weight: float | None = None, pool: int | None = None) -> list[Ranked]:
+    """Return the top_k memories for the query, scored exactly as memory_retrieve does (`pool`: candidates each
+    search leg takes, by default top_k within MIN_POOL..MAX_POOL)."""
     if top_k <= 0:  # nothing asked for (top_k and archive_top_k both 0): the retrieve model would refuse top_k=0
         return []
     request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
@@ -167,8 +168,9 @@ def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKi
                                     top_k=min(top_k, 50))
     # Distinct: the layer shows a text once anyway, so copies (a question asked again, a repeated tool line)
     # would only take the pool's places from other candidates and their neighbours.
-    return rank(request, deps, pool=min(max(top_k, MIN_POOL), MAX_POOL), distinct=True,
-                dense_weight=dense_weight)[:top_k]
+    pool = min(max(top_k, pool or MIN_POOL), MAX_POOL)
+    return rank(request, deps, pool=pool, distinct=True,
+                dense_weight=dense_weight, keep=top_k)[:top_k]
 
 
 def point_back(events: list[Ranked], turns: list[Ranked]) -> tuple[list[Ranked], list[Ranked]]:
