@@ -1,7 +1,7 @@
 """Focused assemble and record_turn latency with 10k memories in ONE namespace, per embedder (issue 28's cost target).
 
 Run: .venv/bin/python -m bench.assemble_10k [--embedder use] [--size 10000] [--calls 60] [--out FILE]
-                                            [--compare [--calls 200]]
+                                            [--compare [--calls 200]] [--where] [--ready]
 
 bench.perf seeds 10k memories spread over many namespaces (60 in the one it searches); this one puts them all in one
 agent's session, where focused assemble's BM25 and dense searches, neighbours and second hop see every row: the store
@@ -15,17 +15,30 @@ archived messages) and six facts extracted from them. In process (Flask's test c
 question is asked once per variant, the variants in a rotated order (so each comes first as often), and the
 table gives each variant's times and their ratio to "now" (the machines are shared: a ratio in one run holds
 where two runs' absolute times do not).
+
+`--ready` waits, after the restart, until /readyz answers 200 (the start-up warm pass of acn/memory/warmer.py is
+done), as a deployment behind a readiness probe does; without it the first calls run while that pass does.
+
+`--where` adds, for the 1k assembles, the wall-clock milliseconds per call spent in each step of WHERE (timers
+around those functions only: unlike cProfile's, they do not slow the many small calls in between, so the shares
+are those of an unprofiled call). Steps nest (a search's store time is inside its hop's): they do not add up.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from functools import wraps
 from pathlib import Path
+from typing import Any
 
 from flask.testing import FlaskClient
 
@@ -38,6 +51,7 @@ from bench.perf import SEED_KINDS, memory_text, seed_memory
 
 NAMESPACE = {"agent_id": "big-agent", "session_id": "big-session"}
 BATCH = 500
+READY_WAIT = 600.0  # seconds --ready waits for /readyz at most
 # What --compare sets for each variant: the hop's legs' pool, and whether score_all builds only what may be kept.
 VARIANTS = {
     "now": {"hop_pool": hops.HOP_SEARCH_POOL, "leave_out": True},
@@ -45,6 +59,64 @@ VARIANTS = {
     "every candidate built": {"hop_pool": hops.HOP_SEARCH_POOL, "leave_out": False},
     "before both": {"hop_pool": rank.MIN_POOL, "leave_out": False},
 }
+
+
+# --where: (module, attribute path) of each step timed, outermost first.
+WHERE = (
+    ("acn.assembly.assemble", "assemble"),
+    ("acn.assembly.recall", "focused_memories"),
+    ("acn.assembly.hops", "second_hops"),
+    ("acn.providers.embedders", "Embedder.embed_query"),
+    ("acn.storage.lite.local_index", "LocalIndex.search_dense"),
+    ("acn.storage.lite.local_index", "LocalIndex.search_text"),
+    ("acn.storage.lite.local_index", "LocalIndex._memories"),
+    ("acn.retrieval.rank", "score_all"),
+    ("acn.assembly.recall", "with_neighbours"),
+    ("acn.assembly.recall", "readable"),
+    ("acn.retrieval.ranker", "reordered"),
+    ("acn.assembly.assemble", "fit_layers"),
+    ("acn.assembly.assemble", "build_response"),
+)
+
+
+@contextlib.contextmanager
+def timed_steps(spent: dict[str, float]) -> Iterator[None]:
+    """Within the block, add each WHERE step's wall-clock seconds to `spent` (a recursive call counted once)."""
+    restore: list[tuple[Any, str, Any]] = []
+    for module_name, path in WHERE:
+        owner: Any = importlib.import_module(module_name)
+        *outer, name = path.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
+        original = getattr(owner, name)
+        wrapper = _timer(original, path, spent)
+        # A function is also called through the names other modules imported it under.
+        holders = [owner, *(m for m in list(sys.modules.values()) if not outer and m is not owner
+                             and getattr(m, "__name__", "").startswith("acn.") and getattr(m, name, None) is original)]
+        for holder in holders:
+            restore.append((holder, name, original))
+            setattr(holder, name, wrapper)
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(restore):
+            setattr(owner, name, original)
+
+
+def _timer(function: Callable[..., Any], step: str, spent: dict[str, float]) -> Callable[..., Any]:
+    active = [0]
+
+    @wraps(function)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        active[0] += 1
+        began = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            active[0] -= 1
+            if not active[0]:
+                spent[step] = spent.get(step, 0.0) + time.perf_counter() - began
+    return timed
 
 
 def use_variant(name: str) -> None:
@@ -90,6 +162,9 @@ def main() -> None:
     parser.add_argument("--out", default="")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of the 1k assembles")
     parser.add_argument("--compare", action="store_true", help="the 1k assemble with and without the cost cuts")
+    parser.add_argument("--where", action="store_true", help="milliseconds per 1k assemble in each step of WHERE")
+    parser.add_argument("--ready", action="store_true",
+                        help="wait for /readyz (the start-up warm pass done) before the first call")
     args = parser.parse_args()
     started, load = time.perf_counter(), os.getloadavg()[0]
     rng, now = random.Random(28), int(time.time() * 1000)
@@ -121,9 +196,16 @@ def main() -> None:
         client = app.test_client()
         asked = random.Random(5).sample(questions, 2 * args.calls + 5)
         table: list[str] = []
+        spent: dict[str, float] = {}
+        ready = ""
         times: dict[str, list[float]] = {"assemble 1k": [], "assemble 4k": [], "record_turn": [],
                                          "assemble 1k after a record_turn": []}
         try:
+            if args.ready:  # as a deployment's readiness probe: no call before the start-up warm pass is done
+                waited = time.perf_counter()
+                while client.get("/readyz").status_code != 200 and time.perf_counter() - waited < READY_WAIT:
+                    time.sleep(0.05)
+                ready = f" /readyz answered 200 {time.perf_counter() - waited:.1f} s after the restart, then"
             for question in asked[:5]:  # warm-up: the first search loads the session's rows
                 client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused", "user_input": question})
             if args.compare:
@@ -137,10 +219,11 @@ def main() -> None:
                 budget = 1000 if number % 2 == 0 else 4000
                 if profiler is not None and budget == 1000:
                     profiler.enable()
-                began = time.perf_counter()
-                response = client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused",
-                                                                    "user_input": question, "max_tokens": budget})
-                times[f"assemble {budget // 1000}k"].append((time.perf_counter() - began) * 1000)
+                with timed_steps(spent) if args.where and budget == 1000 else contextlib.nullcontext():
+                    began = time.perf_counter()  # the timers are put in place and taken out outside the call's time
+                    response = client.post("/v1/nodes/assemble", json={**NAMESPACE, "mode": "focused",
+                                                                        "user_input": question, "max_tokens": budget})
+                    times[f"assemble {budget // 1000}k"].append((time.perf_counter() - began) * 1000)
                 if profiler is not None and budget == 1000:
                     profiler.disable()
                 assert response.status_code == 200, response.get_data(as_text=True)
@@ -168,16 +251,23 @@ def main() -> None:
                 assert response.status_code == 200, response.get_data(as_text=True)
         finally:
             runtime.close()
-    flag = " --compare" if args.compare else ""
+    flag = "".join(f" --{name}" for name in ("compare", "ready", "where") if getattr(args, name))
     lines = [f"# Focused assemble with {args.size:,} memories in one namespace, ACN_EMBEDDER={args.embedder} "
              f"({time.strftime('%Y-%m-%d')}, `python -m bench.assemble_10k --embedder {args.embedder}{flag}`)", "",
-             f"In process, one call at a time, after a restart and 5 warm-up calls; seeding and embedding took "
+             f"In process, one call at a time, after a restart,{ready} 5 warm-up calls; seeding and embedding took "
              f"{seeded:.0f} s. 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
              f"({os.cpu_count()} cores, shared).", "",
              *(table if args.compare else ["| call | n | p50 ms | p95 ms | mean ms |", "|---|---|---|---|---|"])]
     for name, values in times.items():
         lines.append(f"| {name} | {len(values)} | {percentile(values, 0.5):.1f} | {percentile(values, 0.95):.1f} | "
                      f"{statistics.mean(values):.1f} |")
+    if spent:
+        calls = len(times["assemble 1k"])
+        lines += ["", "Where a 1k assemble's time goes (`--where`; steps nest, so they do not add up):", "",
+                  "| step | ms per call | share of the call |", "|---|---|---|"]
+        whole = spent.get("assemble") or 1.0
+        lines += [f"| {step} | {1000 * seconds / calls:.2f} | {100 * seconds / whole:.0f} % |"
+                  for step, seconds in sorted(spent.items(), key=lambda item: -item[1])]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
