@@ -24,13 +24,25 @@ def test_only_the_first_day_header_says_from_memory_and_the_fit_counts_the_short
     tokenizer = load_tokenizer()
     items = memory_items([message(turn, text, date) for turn, (date, text) in enumerate(DAYS, 1)], "zh")
     expected = ["[来自记忆 · 2024-03-01]", "用户: 周一去菜市场买了两斤橙子",
-                "[2024-03-02]", "用户: 周二晚上跑步五公里",
-                "[2024-03-03]", "用户: 周三看了一场电影"]
+                "[03-02]", "用户: 周二晚上跑步五公里",
+                "[03-03]", "用户: 周三看了一场电影"]
     # What the fit charges for the short rendering (each line and its newline): a full tag per day does not fit.
     budget = MESSAGE_OVERHEAD_TOKENS + sum(tokenizer.count(line) + 1 for line in expected)
     fitted = fit_text_items(items, budget, tokenizer)
     assert layer_lines(fitted.items) == expected
     assert fitted.tokens == text_layer_cost(expected, tokenizer) and not fitted.dropped
+
+
+def test_a_later_day_header_says_its_year_only_where_the_year_changes() -> None:
+    tokenizer = load_tokenizer()
+    days = [("2024-12-30", "年底盘点库存"), ("2024-12-31", "跨年夜吃了火锅"), ("2025-01-01", "元旦去爬山"),
+            ("2025-01-02", "新年第一天上班")]
+    items = memory_items([message(turn, text, date) for turn, (date, text) in enumerate(days, 1)], "zh")
+    fitted = fit_text_items(items, 500, tokenizer)
+    assert [line for line in layer_lines(fitted.items) if line.startswith("[")] == [
+        "[来自记忆 · 2024-12-30]", "[12-31]", "[2025-01-01]", "[01-02]"]
+    # The fit charged the year-less form for every later header; the exact count takes the year back and holds.
+    assert fitted.tokens == text_layer_cost(layer_lines(fitted.items), tokenizer) <= 500
 
 
 def test_grouped_lines_keep_their_own_source_in_the_response(client: FlaskClient, ns: dict[str, str]) -> None:
@@ -40,8 +52,8 @@ def test_grouped_lines_keep_their_own_source_in_the_response(client: FlaskClient
     body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 2000, "messages": [],
                                      "user_input": "我周一买了橙子、周二跑步、周三看电影，对吗？"}).get_json()
     assert body["memory_text"].splitlines() == ["[来自记忆 · 2024-03-01]", "用户: 周一去菜市场买了两斤橙子",
-                                                "[2024-03-02]", "用户: 周二晚上跑步五公里",
-                                                "[2024-03-03]", "用户: 周三看了一场电影"]
+                                                "[03-02]", "用户: 周二晚上跑步五公里",
+                                                "[03-03]", "用户: 周三看了一场电影"]
     memory = [s for s in body["sources"] if s["layer"] == "memory"]
     assert [(s["kind"], s["turn_range"], s["meta"]["date"]) for s in memory] == [
         ("turn", [1, 1], "2024-03-01"), ("turn", [2, 2], "2024-03-02"), ("turn", [3, 3], "2024-03-03")]

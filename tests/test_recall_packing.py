@@ -30,8 +30,9 @@ def test_messages_of_one_day_share_one_header() -> None:
     fitted = fit_text_items(items, 500, load_tokenizer())
     lines = layer_lines(fitted.items)
     assert lines[1:3] == ["Ann: first", "Ann: third"] and lines[4] == "Ann: later"
-    # The layer's first day header says where the lines come from; the next day's says its date alone.
-    assert lines[0] == "[from memory · 2023-05-08]" and lines[3] == "[2023-05-20]"
+    # The layer's first day header says where the lines come from; the next day's says its date alone, without
+    # the year the header before it said.
+    assert lines[0] == "[from memory · 2023-05-08]" and lines[3] == "[05-20]"
 
 
 def test_undated_messages_keep_their_own_tag() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,9 @@ from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
 
 # A cut segment shorter than this says too little to be worth its header.
 MIN_CUT_TOKENS = 48
+# A later day header's short form (`[2024-08-31]`), and a header's year (acn/assembly/layers.py short_header).
+_SHORT_DATE = re.compile(r"\[(\d{4})-(\d{2}-\d{2}[^\]]*)\]")
+_YEAR = re.compile(r"(?<!\d)(\d{4})-\d{2}-\d{2}")
 
 
 @dataclass
@@ -63,22 +67,39 @@ def layer_lines(items: list[Item]) -> list[str]:
     """Return the chosen lines in order, each group's header written once before a run of its items.
 
     The layer's first header is written in full (`[来自记忆 · 2024-08-28]`); a later one in its short form
-    when it has one (`[2024-08-31]`): the first already says where the block comes from.
+    when it has one (`[2024-08-31]`): the first already says where the block comes from. A later date in the
+    year of the header before it is written without the year (`[08-31]`).
     """
     lines: list[str] = []
-    previous, headed = "", False
+    previous, headed, year = "", False, ""
     for item in items:
         if item.group and item.group != previous:
-            lines.append(header_line(item, headed))
-            headed = True
+            lines.append(header_line(item, headed, year))
+            headed, year = True, header_year(lines[-1]) or year
         previous = item.group
         lines.append(item.chosen)
     return lines
 
 
-def header_line(item: Item, headed: bool) -> str:
-    """Return the item's group header: in full for the layer's first header, else its short form if any."""
-    return item.short_group if headed and item.short_group else item.group
+def header_line(item: Item, headed: bool, year: str | None = None) -> str:
+    """Return the item's group header: in full for the layer's first header, else its short form if any, and
+    without its year when that is `year` (the header before it said it).
+
+    `year` None (the fit's estimate, which cannot know the header before) drops the year alike: the year is
+    written again only where it changes, and the fit's exact count takes that back (see fit_text_items).
+    """
+    if not (headed and item.short_group):
+        return item.group
+    dated = _SHORT_DATE.fullmatch(item.short_group)
+    if dated and year in (None, dated.group(1)):
+        return f"[{dated.group(2)}]"
+    return item.short_group
+
+
+def header_year(header: str) -> str | None:
+    """Return the year a header's date says (`[来自记忆 · 2024-08-28]`, `[2024-08-31]`), or None."""
+    found = _YEAR.search(header)
+    return found.group(1) if found else None
 
 
 def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> Fitted:

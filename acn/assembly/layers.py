@@ -91,7 +91,8 @@ def short_header(header: str, language: str) -> str:
 
     The day headers of a context's memory layer are most of its tags: on zh-daily at 1,000 tokens ~17 of them at
     15 tokens each (`[2024-08-31]` is 8), the room of five more messages. The layer's first header keeps the
-    words, and sources[] keeps each line's id, kind, turns and meta.
+    words, and sources[] keeps each line's id, kind, turns and meta. The fit writes a short header without the
+    year the header before it said (`[08-31]`, 5 tokens; acn/assembly/fit.py header_line).
     """
     prefix = UNDATED_TAG["zh" if language == "zh" else "en"][:-1] + " · "
     return "[" + header[len(prefix):] if header.startswith(prefix) else ""
