@@ -37,6 +37,7 @@ class CompactionOutcome:
     numbers_in_source: int
     numbers_preserved: int  # before restoration by the verifier
     numbers_restored: int
+    language: str = "en"  # what the segments are rendered in
 
 
 @dataclass
@@ -108,6 +109,7 @@ def _compact(messages: list[Message], previous: list[Segment], *, segment_size: 
         numbers_in_source=run.in_source,
         numbers_preserved=run.preserved,
         numbers_restored=run.restored,
+        language=lang,
     )
 
 

@@ -165,7 +165,7 @@ def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -
     try:
         # Busy LLM slots must not fail the turn (it would be lost to the caller): compaction waits for a later turn.
         new_state, response = compact_state(request.compaction, state, deps, persist_archive=True, force=False,
-                                            namespace=request, defer_when_busy=True)
+                                            namespace=request, defer_when_busy=True, bounded=True)
     except BusyError:
         # The turn is recorded either way; its compaction is left to a later turn (the buffer keeps the turns).
         stats = CompactStats(tokens_before=0, tokens_after=0, ratio=1.0, numbers_in_source=0, numbers_preserved=0,

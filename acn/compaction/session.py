@@ -24,6 +24,7 @@ from acn.compaction.caller import MAX_CALLER_ROUNDS, CallerReply, LlmPrompt, Nee
 from acn.compaction.engine import CompactionOutcome, compact_turns
 from acn.compaction.limits import message_chars
 from acn.compaction.llm import JsonChat
+from acn.compaction.rollup import roll_up, summary_cap
 from acn.compaction.segment_lines import render_working_summary
 from acn.compaction.segments import split_recent
 from acn.memory.archive import archive_turns
@@ -107,7 +108,7 @@ class CompactResponse(NodeResponse):
 
 def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, persist_archive: bool,
                   force: bool = True, namespace: Namespace | None = None,
-                  defer_when_busy: bool = False,
+                  defer_when_busy: bool = False, bounded: bool = False,
                   replies: list[CallerReply] | None = None) -> tuple[SessionState, CompactResponse]:
     """Return the state after compaction (if triggered) and the response describing it.
 
@@ -115,6 +116,8 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     of raising LlmBusyError (503).
     replies: engine caller, the caller's replies so far; when the run needs another, the state is returned as it
     is with status needs_llm and the prompt (nothing archived, nothing to save).
+    bounded: a stored session's state (its turns are archived): the working state is kept under its token cap
+    (bounded_segments). A stateless call's segments are the caller's only copy and keep every line.
     """
     namespace = namespace or (options if isinstance(options, Namespace) else None)
     tokenizer = deps.tokenizer
@@ -143,7 +146,9 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     archived = (archive_turns(deps.memories, deps.tenant, namespace, unarchived)
                 if persist_archive and namespace and unarchived else [])
     kept = [m for t in old[len(to_compact):] + recent for m in t.messages]
-    new_state = state.model_copy(update={"buffer": kept, "segments": outcome.segments})
+    segments = (bounded_segments(options, outcome, state, to_compact if persist_archive else [], tokenizer)
+                if bounded else outcome.segments)
+    new_state = state.model_copy(update={"buffer": kept, "segments": segments})
     return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)
 
 
@@ -157,6 +162,15 @@ def _compact_with_llm_slot(options: CompactOptions, deps: Deps, to_compact: list
         return compact_turns([m for t in to_compact for m in t.messages], state.segments,
                              segment_size=options.segment_size, max_segments=options.max_segments,
                              engine="llm" if caller else options.engine, chat=chat, tokenizer=tokenizer)
+
+
+def bounded_segments(options: CompactOptions, outcome: CompactionOutcome, state: SessionState,
+                     archived_now: list[Turn], tokenizer: Tokenizer) -> list[Segment]:
+    """Return the run's segments with the oldest rolled up past the summary cap (compaction.rollup): only turns
+    whose raw messages are archived (before this call, or by it) may leave the working state."""
+    archived_turn = max([state.archived_turn, *(t.number for t in archived_now)])
+    cap = summary_cap(options.trigger_ratio * options.context_window)
+    return roll_up(outcome.segments, cap, archived_turn, tokenizer=tokenizer, language=outcome.language)
 
 
 def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn], *, force: bool) -> Reason:

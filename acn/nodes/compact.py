@@ -61,7 +61,7 @@ def run(request: CompactRequest, deps: Deps) -> CompactResponse:
             raise ConflictError(f"session is at version {state.version}, not {request.expected_version}: "
                                 "start the exchange again")
         new_state, response = compact_state(request, state, deps, persist_archive=request.persist, force=request.force,
-                                            replies=request.llm_replies)
+                                            replies=request.llm_replies, bounded=request.persist)
         if response.compacted and request.persist:
             saved = sessions.commit(deps.tenant, request, new_state, reason="compact",
                                     expected_version=request.expected_version)

@@ -1,0 +1,113 @@
+"""Roll the oldest segment up into a bounded summary once the working state outgrows its token cap.
+
+Merging keeps every statement of the merged segments (each holds a number the verifier vouched for), so without
+a cap a number-rich chat's oldest segment grows by a line or two a turn: at turn 600 one segment held 593 `done`
+and 1,100 `facts` lines, every assemble re-rendered it and every record_turn re-merged it (issue 47). A session's
+raw turns are archived verbatim when they arrive, and the numbers the user states are extracted as memories, so
+the working state need not be the only copy: past the cap the oldest segment keeps its goal and, newest first,
+what fits of its constraints, decisions, to-dos, key numbers, facts and done lines. Only turns already archived
+are rolled up (compact without a session or without persist keeps everything: there the segments are the only
+copy). Every line of a rolled-up segment is one of its own: nothing is rewritten, so nothing new needs proving.
+"""
+
+from __future__ import annotations
+
+from acn.common.models import Decision, Segment
+from acn.compaction.merge import merge_group
+from acn.compaction.segment_lines import finish_segment
+from acn.compaction.segments import segment_id
+from acn.text.tokens import Tokenizer
+
+# The working state's cap as a share of the compaction trigger (trigger_ratio × context_window): at the default
+# 8,000-token window it is 1,920 tokens, and the verbatim turns keep the other 40 % of the trigger, so the summary
+# alone never keeps record_turn compacting on every turn. The 60-turn scenario (tests/test_long_conversation.py,
+# window 2,000) keeps its whole summary (329 tokens against a cap of 480).
+SUMMARY_SHARE = 0.6
+# What the oldest segment keeps however full the newer ones are: its goal and a few lines.
+MIN_OLDEST_TOKENS = 120
+# A field's label and separator, and a line's separator, in tokens (the fit is then checked on the rendered text).
+FIELD_OVERHEAD = 4
+ITEM_OVERHEAD = 1
+# Fields in the order they are kept: what is in force first, then what was stated, the record of what happened
+# last (key numbers not quoted by a statement are mostly tool output's ids; done lines restate the requests).
+ORDER = ("constraints", "decisions", "todo", "facts", "key_numbers", "done")
+
+
+def summary_cap(trigger_tokens: float) -> int:
+    """Return the working state's token cap for a compaction trigger."""
+    return max(MIN_OLDEST_TOKENS * 2, int(trigger_tokens * SUMMARY_SHARE))
+
+
+def roll_up(segments: list[Segment], cap: int, archived_turn: int, *, tokenizer: Tokenizer,
+            language: str) -> list[Segment]:
+    """Return segments whose tokens fit in cap, the oldest one trimmed if it covers only archived turns."""
+    if not segments or sum(s.tokens for s in segments) <= cap:
+        return segments
+    oldest, newer = segments[0], segments[1:]
+    if not oldest.turn_range or oldest.turn_range[-1] > archived_turn:
+        return segments
+    # Newer segments that alone leave the oldest less than its minimum join it (a merge, as merge_segments does),
+    # so the cap holds whatever the segment size and count: only the newest segment is never merged here.
+    while len(newer) > 1 and sum(s.tokens for s in newer) > cap - MIN_OLDEST_TOKENS \
+            and newer[0].turn_range and newer[0].turn_range[-1] <= archived_turn:
+        oldest = merge_group([oldest, newer[0]], tokenizer=tokenizer, language=language, resolved=True)
+        newer = newer[1:]
+    allowance = max(MIN_OLDEST_TOKENS, cap - sum(s.tokens for s in newer))
+    if oldest.tokens <= allowance:
+        return [oldest, *newer]
+    return [trim_segment(oldest, allowance, tokenizer=tokenizer, language=language), *newer]
+
+
+def trim_segment(segment: Segment, allowance: int, *, tokenizer: Tokenizer, language: str) -> Segment:
+    """Return the segment with its oldest lines left out until its rendered text fits in allowance tokens."""
+    budget = allowance
+    for _attempt in range(4):
+        trimmed = _finish(_kept_lines(segment, budget, tokenizer), language, tokenizer)
+        if trimmed.tokens <= allowance:
+            return trimmed
+        budget -= trimmed.tokens - allowance  # the estimate was short by this much: ask for that much less
+    return _finish(_kept_lines(segment, 0, tokenizer), language, tokenizer)
+
+
+def _kept_lines(segment: Segment, budget: int, tokenizer: Tokenizer) -> Segment:
+    """Return the segment keeping, field by field in ORDER, the newest lines whose estimated cost fits budget."""
+    used = tokenizer.count(segment.goal) + 2 * FIELD_OVERHEAD  # the header and the goal
+    update: dict[str, object] = {}
+    for name in ORDER:
+        lines = _lines(segment, name)
+        kept: list[int] = []
+        cost = FIELD_OVERHEAD
+        for index in range(len(lines) - 1, -1, -1):
+            line_cost = tokenizer.count(lines[index]) + ITEM_OVERHEAD
+            if used + cost + line_cost > budget:
+                break  # newest first: an older line never takes the place of a newer one
+            cost += line_cost
+            kept.append(index)
+        if kept:
+            used += cost
+        update[name] = _select(segment, name, sorted(kept))
+    return segment.model_copy(update=update)
+
+
+def _lines(segment: Segment, name: str) -> list[str]:
+    if name == "decisions":
+        return [f"{d.decision} {d.reason or ''}".strip() for d in segment.decisions]
+    if name == "key_numbers":
+        return [f"{label}={value}" for label, value in segment.key_numbers.items()]
+    values: list[str] = getattr(segment, name)
+    return values
+
+
+def _select(segment: Segment, name: str, indexes: list[int]) -> object:
+    if name == "decisions":
+        decisions: list[Decision] = [segment.decisions[i] for i in indexes]
+        return decisions
+    if name == "key_numbers":
+        pairs = list(segment.key_numbers.items())
+        return dict(pairs[i] for i in indexes)
+    values: list[str] = getattr(segment, name)
+    return [values[i] for i in indexes]
+
+
+def _finish(segment: Segment, language: str, tokenizer: Tokenizer) -> Segment:
+    return finish_segment(segment.model_copy(update={"id": segment_id(segment)}), language, tokenizer)

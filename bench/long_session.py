@@ -1,0 +1,208 @@
+"""A number-rich customer-service chat to turn 3,000: does a turn cost the same late as early? (issue 47)
+
+Each turn: a focused `assemble` (max_tokens 1,500) with the user's message, then `record_turn` with the message
+and the answer. Every user message carries a new order number and amount, every answer a ticket number and a
+date; at turn 40 the user gives a delivery phone number, asked for again at the end.
+
+Run: .venv/bin/python -m bench.long_session [--turns 3000] [--embedder none|use] [--every 100] [--http]
+     .venv/bin/python -m bench.long_session --concurrent 32 --turns 1000 --short 50
+Prints p50 / p95 of both calls per block of turns, RSS and the stored state's size. Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+PHONE_TURN = 40
+PHONE = "13957614382"
+PHONE_QUESTION = "我的收货电话是多少？"
+BUDGET = 1500
+
+
+def user_message(turn: int, rng: random.Random) -> str:
+    """Return the user's message of one turn: a new order number and amount each time."""
+    if turn == PHONE_TURN:
+        return f"第{turn}轮：我的收货电话改成 {PHONE}，以后都寄到这个号码"
+    return f"第{turn}轮：我的订单号 {rng.randint(10000, 99999)} 怎么样了？上次说的金额是 {rng.randint(10, 999)} 元"
+
+
+def answer_message(turn: int, rng: random.Random) -> str:
+    """Return the agent's answer: a ticket number and a promised date."""
+    month, day = rng.randint(1, 12), rng.randint(1, 28)
+    return f"已为您登记工单 T{rng.randint(100000, 999999)}，预计 {month}月{day}日 前处理完毕。"
+
+
+Post = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+@contextmanager
+def open_client(embedder: str, http: bool, folder: str) -> Iterator[Post]:
+    """Yield a post(path, body) -> json over the in-process app, or over HTTP to `python server.py`."""
+    if http:
+        yield from _http_client(embedder, folder)
+        return
+    from acn.common.settings import Settings
+    from acn.server import create_app
+
+    app = create_app(Settings(milvus_uri=str(Path(folder) / "memory.db"), log_level="WARNING", embedder=embedder))
+    client = app.test_client()
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = client.post(path, json=body).get_json()
+        return answer
+
+    try:
+        yield post
+    finally:
+        app.extensions["acn"].close()
+
+
+def _http_client(embedder: str, folder: str) -> Iterator[Post]:
+    import os
+    import subprocess
+    import sys
+
+    import requests
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "ACN_MILVUS_URI": str(Path(folder) / "memory.db"), "ACN_EMBEDDER": embedder,
+           "ACN_LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], env=env)
+    session = requests.Session()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if session.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            answer: dict[str, Any] = session.post(base + path, json=body, timeout=60).json()
+            return answer
+
+        yield post
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def percentile(values: list[float], share: float) -> float:
+    """Return the nearest-rank percentile of values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+def play(post: Post, session_id: str, turns: range, rng: random.Random) -> list[tuple[int, float, float]]:
+    """Play these turns of one chat; return (turn, assemble ms, record_turn ms) for each."""
+    ns = {"agent_id": "kefu", "session_id": session_id}
+    timings = []
+    for turn in turns:
+        user = user_message(turn, rng)
+        started = time.perf_counter()
+        context = post("/v1/nodes/assemble", {**ns, "mode": "focused", "max_tokens": BUDGET, "user_input": user})
+        assembled = time.perf_counter()
+        recorded = post("/v1/nodes/record_turn", {**ns, "messages": [
+            {"role": "user", "content": user}, {"role": "assistant", "content": answer_message(turn, rng)}]})
+        done = time.perf_counter()
+        if not (context.get("ok") and recorded.get("ok")):
+            raise SystemExit(f"turn {turn}: {json.dumps(context)[:300]} {json.dumps(recorded)[:300]}")
+        timings.append((turn, (assembled - started) * 1000, (done - assembled) * 1000))
+    return timings
+
+
+def state_size(post: Post, session_id: str) -> tuple[int, int]:
+    """Return (session_state bytes, segments) of a session."""
+    state = post("/v1/nodes/session_state", {"agent_id": "kefu", "session_id": session_id})
+    return len(json.dumps(state, ensure_ascii=False).encode()), len(state.get("segments", []))
+
+
+def p50_p95(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} / {percentile(values, 0.95):.1f}"
+
+
+def one_long(turns: int, embedder: str, every: int, http: bool) -> str:
+    """Run one chat to `turns`, return the Markdown table per block of `every` turns."""
+    lines = [f"### One chat, `{embedder}`, {'HTTP' if http else 'in process'}, focused assemble at {BUDGET} tokens",
+             "", "| turns | assemble p50 / p95 ms | record_turn p50 / p95 ms | RSS MB | state KB | segments |",
+             "|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as folder, open_client(embedder, http, folder) as post:
+        rng = random.Random(7)
+        for start in range(1, turns + 1, every):
+            block = play(post, "long", range(start, min(turns, start + every - 1) + 1), rng)
+            size, segments = state_size(post, "long")
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # in process only: the server's
+            lines.append(f"| {block[0][0]}–{block[-1][0]} | {p50_p95([b[1] for b in block])} | "
+                         f"{p50_p95([b[2] for b in block])} | {rss if not http else float('nan'):.0f} | "
+                         f"{size / 1024:.0f} | {segments} |")
+            print(lines[-1], flush=True)
+        answer = post("/v1/nodes/assemble", {"agent_id": "kefu", "session_id": "long", "mode": "focused",
+                                             "max_tokens": BUDGET, "user_input": PHONE_QUESTION})
+        found = PHONE in answer.get("prompt", "")
+        lines += ["", f"Turn {turns + 1}: \"{PHONE_QUESTION}\" → the phone number from turn {PHONE_TURN} "
+                  f"{'is' if found else 'is NOT'} in the focused context."]
+        print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
+def serve_chats(post: Post, chats: int, turns: int) -> tuple[list[tuple[int, float, float]], float]:
+    """Play `chats` chats of `turns` turns at once; return every turn's timings and the seconds it took."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(chats) as pool:
+        done = list(pool.map(lambda index: play(post, f"chat-{index}", range(1, turns + 1), random.Random(index)),
+                             range(chats)))
+    return [t for chat in done for t in chat], time.perf_counter() - started
+
+
+def concurrent(chats: int, long_turns: int, short_turns: int, embedder: str) -> str:
+    """Serve `chats` chats at once to `short_turns`, then as many to `long_turns`, over HTTP; return turns/s."""
+    rows = []
+    for turns in (short_turns, long_turns):
+        with tempfile.TemporaryDirectory() as folder, open_client(embedder, True, folder) as post:
+            timings, elapsed = serve_chats(post, chats, turns)
+        late = [t for t in timings if t[0] > turns - min(50, turns)]
+        rows.append(f"| {chats} × {turns} | {len(timings) / elapsed:.1f} | {p50_p95([t[1] for t in late])} | "
+                    f"{p50_p95([t[2] for t in late])} |")
+        print(rows[-1], flush=True)
+    return "\n".join([f"### {chats} concurrent chats over HTTP, `{embedder}` (the last 50 turns of each chat)", "",
+                      "| chats × turns | turns/s | assemble p50 / p95 ms | record_turn p50 / p95 ms |",
+                      "|---|---|---|---|", *rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=3000)
+    parser.add_argument("--every", type=int, default=100)
+    parser.add_argument("--embedder", default="none")
+    parser.add_argument("--http", action="store_true", help="over HTTP to `python server.py` (default: in process)")
+    parser.add_argument("--concurrent", type=int, default=0, help="this many chats at once over HTTP")
+    parser.add_argument("--short", type=int, default=50, help="with --concurrent: the short chats' turns")
+    parser.add_argument("--out", type=Path, help="append the table to this Markdown file")
+    args = parser.parse_args()
+    if args.concurrent:
+        table = concurrent(args.concurrent, args.turns, args.short, args.embedder)
+    else:
+        table = one_long(args.turns, args.embedder, args.every, args.http)
+    print(table)
+    if args.out:
+        with args.out.open("a", encoding="utf-8") as handle:
+            handle.write(table + "\n\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Issue 47: a turn costs the same late in a number-rich chat as early (the working state is bounded by tokens)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from flask.testing import FlaskClient
+
+from acn.common.models import Decision, Segment
+from acn.compaction.rollup import MIN_OLDEST_TOKENS, roll_up, summary_cap, trim_segment
+from acn.compaction.segment_lines import finish_segment
+from acn.text.tokens import load_tokenizer
+from bench.long_session import PHONE, PHONE_QUESTION, PHONE_TURN, answer_message, user_message
+from tests.conftest import post
+
+WINDOW = 2000  # a small window, so that the cap (summary_cap of 0.4 × 2,000) is reached within a few dozen turns
+CAP = summary_cap(0.4 * WINDOW)
+
+
+def record(client: FlaskClient, ns: dict[str, str], turns: range, rng: random.Random) -> None:
+    for turn in turns:
+        body = {**ns, "messages": [{"role": "user", "content": user_message(turn, rng)},
+                                   {"role": "assistant", "content": answer_message(turn, rng)}],
+                "compaction": {"context_window": WINDOW}}
+        answer = post(client, "record_turn", body)
+        assert answer.status_code == 200, answer.get_json()
+
+
+def state_of(client: FlaskClient, ns: dict[str, str]) -> dict[str, Any]:
+    state: dict[str, Any] = post(client, "session_state", ns).get_json()
+    return state
+
+
+def test_working_state_stays_under_its_cap_as_turns_go_by(client: FlaskClient, ns: dict[str, str]) -> None:
+    """At turn 60 and at turn 150 the segments hold at most the cap's tokens, or the oldest one its minimum beside
+    the newer ones (it grew by a line a turn before); the oldest segment still spans the conversation from turn 1,
+    and what the working state carries is the same size late as early."""
+    rng = random.Random(3)
+    record(client, ns, range(1, 61), rng)
+    early = state_of(client, ns)
+    record(client, ns, range(61, 151), rng)
+    late = state_of(client, ns)
+    for state in (early, late):
+        newer = sum(segment["tokens"] for segment in state["segments"][1:])
+        assert state["segments"][0]["tokens"] + newer <= max(CAP, MIN_OLDEST_TOKENS + newer)
+        assert state["segments"][0]["turn_range"][0] == 1
+    assert late["segments"][-1]["turn_range"][1] > early["segments"][-1]["turn_range"][1]
+    late_lines = sum(len(s["done"]) + len(s["facts"]) + len(s["key_numbers"]) for s in late["segments"])
+    early_lines = sum(len(s["done"]) + len(s["facts"]) + len(s["key_numbers"]) for s in early["segments"])
+    assert late_lines <= early_lines + 10
+
+
+def test_a_number_rolled_out_of_the_summary_is_still_found(client: FlaskClient, ns: dict[str, str]) -> None:
+    """By turn 150 the order numbers of the early turns have left the working state; the archive still holds
+    and the memory still hold each one word for word (memory_retrieve finds it first), and the delivery phone of turn 40, a statement in force,
+    is in the focused context when the user asks for it."""
+    rng = random.Random(5)
+    record(client, ns, range(1, 151), rng)
+    early = [user_message(turn, random.Random(5)) for turn in range(1, 2)][0]
+    order = early.split("订单号 ")[1].split(" ")[0]
+    summary = "".join(segment["text"] for segment in state_of(client, ns)["segments"])
+    assert order not in summary
+    found = post(client, "memory_retrieve", {**ns, "query": f"订单号 {order}", "top_k": 3}).get_json()["memories"]
+    assert order in found[0]["content"]
+    context = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": 1500,
+                                        "user_input": PHONE_QUESTION}).get_json()
+    assert PHONE in context["prompt"]
+    assert PHONE_TURN < 150
+
+
+TOKENIZER = load_tokenizer()
+
+
+def segment(first: int, last: int, lines: int) -> Segment:
+    made = Segment(id="", turn_range=[first, last], goal="查询订单物流", constraints=["不要推荐新品"],
+                   decisions=[Decision(decision="超时设为45秒", reason="高峰期银行接口慢")],
+                   done=[f"第{i}轮：订单 {10000 + i} 已登记工单 T{500000 + i}" for i in range(first, first + lines)],
+                   facts=[f"订单 {10000 + i} 的金额是 {100 + i} 元" for i in range(first, first + lines)],
+                   key_numbers={f"工单 {i}": f"T{700000 + i}" for i in range(lines)})
+    return finish_segment(made, "zh", TOKENIZER)
+
+
+def test_trim_keeps_what_is_in_force_and_the_newest_lines() -> None:
+    big = segment(1, 200, 200)
+    trimmed = trim_segment(big, 300, tokenizer=TOKENIZER, language="zh")
+    assert trimmed.tokens <= 300 < big.tokens
+    assert trimmed.goal == big.goal and trimmed.constraints == big.constraints
+    assert trimmed.decisions == big.decisions
+    assert trimmed.turn_range == big.turn_range
+    # Newest first: what is kept of each list is its tail, in its order.
+    assert trimmed.facts and trimmed.facts == big.facts[-len(trimmed.facts):]
+    kept = list(trimmed.key_numbers.items())
+    assert kept == (list(big.key_numbers.items())[-len(kept):] if kept else [])
+    assert trimmed.done == (big.done[-len(trimmed.done):] if trimmed.done else [])
+    assert trimmed.id != big.id and trimmed.id.startswith("seg-1-200-")
+
+
+def test_roll_up_touches_only_archived_turns_and_only_past_the_cap() -> None:
+    old, new = segment(1, 200, 200), segment(201, 206, 3)
+    assert roll_up([old, new], 10_000, 206, tokenizer=TOKENIZER, language="zh") == [old, new]
+    # Turns 1–200 not archived yet (a stateless compact's only copy): nothing leaves.
+    assert roll_up([old, new], 400, 150, tokenizer=TOKENIZER, language="zh") == [old, new]
+    rolled = roll_up([old, new], 400, 206, tokenizer=TOKENIZER, language="zh")
+    assert rolled[1] == new
+    assert rolled[0].tokens <= max(MIN_OLDEST_TOKENS, 400 - new.tokens)
+
+
+def test_newer_segments_over_the_cap_join_the_oldest_before_it_is_trimmed() -> None:
+    old, middle, new = segment(1, 200, 200), segment(201, 250, 50), segment(251, 256, 3)
+    rolled = roll_up([old, middle, new], 600, 256, tokenizer=TOKENIZER, language="zh")
+    assert [s.turn_range for s in rolled] == [[1, 250], [251, 256]]
+    assert sum(s.tokens for s in rolled) <= 600
+    # The newest segment's turns are not archived: it stays as it is, and so does the rest.
+    assert roll_up([old, middle, new], 600, 250, tokenizer=TOKENIZER, language="zh")[-1] == new
