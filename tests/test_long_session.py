@@ -113,3 +113,19 @@ def test_newer_segments_over_the_cap_join_the_oldest_before_it_is_trimmed() -> N
     assert sum(s.tokens for s in rolled) <= 600
     # The newest segment's turns are not archived: it stays as it is, and so does the rest.
     assert roll_up([old, middle, new], 600, 250, tokenizer=TOKENIZER, language="zh")[-1] == new
+
+
+def test_a_stored_row_is_checked_once_and_again_when_it_changes() -> None:
+    """common.stored.memory_problem remembers its answer for the object it read, and only while the fields it
+    checked are the same: a copy with another version, meta or stamp is checked again."""
+    from acn.common.models import Memory
+    from acn.common.stored import memory_problem
+
+    now = 1_764_900_000_000
+    row = Memory(id="m1", kind="fact", content="订单 12345", importance=5, scope="session", agent_id="a",
+                 session_id="s", created_at=now, updated_at=now, version=1, meta={"turn": 1})
+    assert memory_problem(row) is None and memory_problem(row) is None
+    assert memory_problem(row.model_copy(update={"version": 0})) == "version must be between 1 and 2147483647"
+    assert memory_problem(row.model_copy(update={"meta": {"x": float("inf")}})) == "meta number is not finite"
+    row.updated_at = 2**62
+    assert memory_problem(row) == "updated_at must be a UTC epoch-millisecond time within 100 years of now"

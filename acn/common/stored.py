@@ -67,6 +67,32 @@ def memory_problems(memory: Memory, now_ms: int | None = None) -> list[tuple[str
 
 
 def memory_problem(memory: Memory, now_ms: int | None = None) -> str | None:
-    """Return the first problem of a stored memory as "field: why", or None when every field is usable."""
+    """Return the first problem of a stored memory as "field: why", or None when every field is usable.
+
+    Remembered for the object with the values it read (the containers by identity: a copy that replaces one is
+    checked again), so a row the in-process index serves turn after turn is checked when it is first read, not on
+    every call (issue 47: an assemble at turn 600 spent 14 % of its time here).
+    """
+    key = (memory.created_at, memory.updated_at, memory.valid_to, memory.version, memory.turn_range,
+           memory.source_ids, memory.meta, memory.history)
+    if now_ms is None:
+        seen = _CHECKED.get(id(memory))
+        if seen is not None and seen[0] is memory and _same(seen[1], key):
+            return seen[2]
     problems = memory_problems(memory, now_ms)
-    return f"{problems[0][0]} {problems[0][1]}" if problems else None
+    problem = f"{problems[0][0]} {problems[0][1]}" if problems else None
+    if now_ms is None:
+        if len(_CHECKED) >= CHECKED_ROWS:
+            _CHECKED.clear()  # the next calls check their rows again: cheaper than bookkeeping an order
+        _CHECKED[id(memory)] = (memory, key, problem)
+    return problem
+
+
+# Rows whose check is remembered (each entry holds its Memory, so its id is not reused while it is here).
+CHECKED_ROWS = 16_384
+_CHECKED: dict[int, tuple[Memory, tuple[Any, ...], str | None]] = {}
+
+
+def _same(seen: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    """Return True when the scalars are equal and the containers the very same objects."""
+    return seen[:4] == now[:4] and all(a is b for a, b in zip(seen[4:], now[4:], strict=True))
