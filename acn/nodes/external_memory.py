@@ -5,8 +5,9 @@ The contract is Dify's (dify-agent/docs/dify-agent/external-memory.md in langgen
 UTF-8 size is `content_bytes` and never over `max_bytes`, or `status: empty`. Observe gets one lifecycle event
 at a time (user_prompt, model_response, tool_call, tool_result, run_end) and records it as a message of the
 run's session through record_turn, so a user prompt opens a turn and what follows joins it; a redelivered
-`event_id` is stored once. Mapping: app_id → agent, subject → user (a business subject gets its own prefix so it
-never meets a user of the same id), the run → a session.
+`event_id` is stored once. Mapping: app_id → agent, subject → user (`user_of`: a business subject gets its own
+prefix, and a user id that begins with that prefix is escaped, so no two subjects share a user), the run → a
+session.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from acn.common.models import IDENTIFIER_PATTERN, Message, Namespace, NodeResponse
+from acn.common.models import IDENTIFIER_PATTERN, INT64_MAX, Message, Namespace, NodeResponse
 from acn.compaction.record import RecordTurnRequest, record
 from acn.nodes.spec import Description, NodeSpec
 from acn.retrieval.memory_lines import render_memory
@@ -66,7 +67,8 @@ def as_payload_object(value: Any) -> Any:
 class ObserveBody(DifyShape):
     event_id: str = Field(min_length=1, max_length=200, description="Delivery id: a retried event repeats it.")
     event: Literal["user_prompt", "model_response", "tool_call", "tool_result", "run_end"]
-    sequence: int = Field(default=0, ge=0, description="Order of the event within its run.")
+    # Kept in the message's meta: the store holds 64-bit integers, so a larger one is a 422 here, not a 500 there.
+    sequence: int = Field(default=0, ge=0, le=INT64_MAX, description="Order of the event within its run.")
     payload: Annotated[dict[str, Any] | None, BeforeValidator(as_payload_object)] = Field(
         default=None, description="The event's content, bounded by Dify: an object (text alone is taken as "
                                   "{\"text\": …}, any other JSON value as {\"value\": …}).")
@@ -102,8 +104,21 @@ class MemoryObserveResponse(NodeResponse):
 
 
 def user_of(context: MemoryContext) -> str:
-    """Return our user id for the subject (a business subject is prefixed: it never reads a user's memories)."""
-    return context.subject_id if context.subject_kind == "user" else BUSINESS_PREFIX + context.subject_id
+    """Return our user id for the subject: one per (kind, id), whatever the id holds.
+
+    - a business: BUSINESS_PREFIX + id. An id begins with a letter or a digit (IDENTIFIER_PATTERN), so the
+      character after the prefix is never ':';
+    - a user whose id begins with the prefix (`business:acme`): the prefix, ':' and the rest (`business::acme`).
+      The character after the prefix is ':', so no business lands there (before, this user was the business
+      `acme`: it read the business's memory and its writes were served to the business);
+    - any other user: the id itself, the user_id the other nodes take for the same person.
+    """
+    subject = context.subject_id
+    if context.subject_kind == "business":
+        return BUSINESS_PREFIX + subject
+    if subject.startswith(BUSINESS_PREFIX):
+        return BUSINESS_PREFIX + ":" + subject[len(BUSINESS_PREFIX):]
+    return subject
 
 
 def fit_bytes(lines: list[str], max_bytes: int) -> str:
