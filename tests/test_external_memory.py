@@ -218,3 +218,26 @@ def test_a_sequence_the_store_cannot_hold_is_refused_naming_the_field(client: Fl
     response = post(client, "memory_observe", {"memory_context": context("big"), "request": body})
     error = assert_error(response, 422, "validation_error")  # was 500 internal_error
     assert [e for e in error["errors"] if "request.sequence" in e], error["errors"]
+
+
+def test_subjects_without_a_run_id_never_share_a_session(client: FlaskClient) -> None:
+    """Sessions belong to the app, not to a user: one default name made every subject's events one session."""
+    tag = uuid.uuid4().hex[:8]
+    subjects = [{"app_id": f"app-{tag}", "subject_kind": "user", "subject_id": "alice"},
+                {"app_id": f"app-{tag}", "subject_kind": "user", "subject_id": "bob"},
+                {"app_id": f"app-{tag}", "subject_kind": "business", "subject_id": "alice"}]
+    answers = []
+    for ctx in subjects:
+        # The same delivery id for each: before, the second and third were taken for redeliveries of the first.
+        body = {"event_id": "evt-1", "event": "user_prompt", "payload": f"I am {ctx['subject_kind']} "
+                                                                        f"{ctx['subject_id']}, PIN 4401."}
+        response = post(client, "memory_observe", {"memory_context": ctx, "request": body})
+        assert response.status_code == 200, response.get_data(as_text=True)
+        answers.append(response.get_json())
+    assert [(a["recorded"], a["turn"]) for a in answers] == [(True, 1)] * 3
+    assert [a["session_id"] for a in answers] == [
+        "dify-agent-run:alice", "dify-agent-run:bob", "dify-agent-run:business:alice"]
+    for ctx, answer in zip(subjects, answers, strict=True):
+        state = post(client, "session_state", {"agent_id": ctx["app_id"], "session_id": answer["session_id"]})
+        assert [m["content"] for m in state.get_json()["buffer"]] == [
+            f"I am {ctx['subject_kind']} {ctx['subject_id']}, PIN 4401."]

@@ -7,7 +7,7 @@ at a time (user_prompt, model_response, tool_call, tool_result, run_end) and rec
 run's session through record_turn, so a user prompt opens a turn and what follows joins it; a redelivered
 `event_id` is stored once. Mapping: app_id → agent, subject → user (`user_of`: a business subject gets its own
 prefix, and a user id that begins with that prefix is escaped, so no two subjects share a user), the run → a
-session.
+session (an event that names no run: the subject's own default session, `default_run`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ MAX_BYTES = 32768
 # Memories offered to prepare before the byte budget cuts; each one cut to this many tokens.
 PREPARE_TOP_K = 12
 PREPARE_ITEM_TOKENS = 300
-# The run's session when the event's metadata names no run: all of a subject's runs then share one session.
+# The run's session when the event's metadata names no run, followed by the subject's user (user_of): all of a
+# subject's runs then share one session, and no two subjects do.
 DEFAULT_RUN = "dify-agent-run"
 RUN_KEYS = ("run_id", "conversation_id", "session_id")
 BUSINESS_PREFIX = "business:"
@@ -141,9 +142,10 @@ def prepare(request: MemoryPrepareRequest, deps: Deps) -> MemoryPrepareResponse:
     """Retrieve the subject's memories for the query and answer them within max_bytes."""
     context, body = request.memory_context, request.request
     # The run's own history is the runtime's: recall reads what outlives a run (user, agent and shared memories).
-    retrieve = MemoryRetrieveRequest(agent_id=context.app_id, session_id=DEFAULT_RUN, user_id=user_of(context),
-                                     query=body.query[-MAX_QUERY_CHARS:], scopes=["user", "agent", "shared"],
-                                     top_k=PREPARE_TOP_K, max_item_tokens=PREPARE_ITEM_TOKENS)
+    retrieve = MemoryRetrieveRequest(agent_id=context.app_id, session_id=default_run(context),
+                                     user_id=user_of(context), query=body.query[-MAX_QUERY_CHARS:],
+                                     scopes=["user", "agent", "shared"], top_k=PREPARE_TOP_K,
+                                     max_item_tokens=PREPARE_ITEM_TOKENS)
     language = detect_language(body.query or "")
     chosen = [cut(r.result(), PREPARE_ITEM_TOKENS, deps.tokenizer) for r in rank(retrieve, deps)[:PREPARE_TOP_K]]
     content = fit_bytes([render_memory(m, language) for m in chosen], body.max_bytes)
@@ -152,13 +154,20 @@ def prepare(request: MemoryPrepareRequest, deps: Deps) -> MemoryPrepareResponse:
     return MemoryPrepareResponse(status="ready", content=content, content_bytes=len(content.encode("utf-8")))
 
 
-def run_session(metadata: dict[str, Any]) -> str:
-    """Return the session of the event's run: the first run id the metadata carries that is a valid id."""
+def default_run(context: MemoryContext) -> str:
+    """Return the subject's session for events that name no run (sessions are the app's, not a user's: one name
+    for every subject made them all one session, their turns and event ids mixed)."""
+    return f"{DEFAULT_RUN}:{user_of(context)}"
+
+
+def run_session(metadata: dict[str, Any], context: MemoryContext) -> str:
+    """Return the session of the event's run: the first run id the metadata carries that is a valid id, else the
+    subject's own default session."""
     for key in RUN_KEYS:
         value = metadata.get(key)
         if isinstance(value, str) and re.fullmatch(IDENTIFIER_PATTERN, value):
             return value
-    return DEFAULT_RUN
+    return default_run(context)
 
 
 def payload_text(payload: dict[str, Any] | None, keys: tuple[str, ...]) -> str:
@@ -206,7 +215,8 @@ def event_message(body: ObserveBody) -> Message | None:
 def observe(request: MemoryObserveRequest, deps: Deps) -> MemoryObserveResponse:
     """Record one event as a message of the run's session, once per event_id."""
     context, body = request.memory_context, request.request
-    namespace = Namespace(agent_id=context.app_id, session_id=run_session(body.metadata), user_id=user_of(context))
+    namespace = Namespace(agent_id=context.app_id, session_id=run_session(body.metadata, context),
+                          user_id=user_of(context))
     message = event_message(body)
     if message is None:
         return MemoryObserveResponse(recorded=False, session_id=namespace.session_id, turn=0)
