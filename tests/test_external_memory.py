@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import uuid
 from typing import Any
 
 import pytest
 import requests
+from flask.testing import FlaskClient
 
+from acn.common.models import IDENTIFIER_PATTERN
+from acn.nodes.external_memory import MemoryContext, user_of
+from tests.conftest import assert_error, post
 from tests.integration_support import LiveServer
 
 pytest_plugins = ("tests.integration_fixtures",)
@@ -154,3 +160,84 @@ def test_an_oversized_payload_is_cut_to_max_bytes_at_a_character_boundary(live_s
     assert len(stored) == 1
     content = stored[0]["content"]
     assert 500 <= len(content.encode("utf-8")) <= 512 and text.startswith(content)
+
+
+# -- issue 49: subjects apart by construction; a sequence the store cannot hold ------------------------------------
+
+SUBJECT_PIECES = ["a", "b", ":", "business", "::", "business:", "-", "@"]
+
+
+def subject_ids() -> list[str]:
+    """Every id of up to three pieces that Dify may send (a letter or digit first, the pattern's characters)."""
+    ids = {"".join(pieces) for pieces in itertools.product(SUBJECT_PIECES, repeat=3)}
+    ids |= {"".join(pieces) for pieces in itertools.product(SUBJECT_PIECES, repeat=2)}
+    return sorted(i for i in ids | set(SUBJECT_PIECES) if re.fullmatch(IDENTIFIER_PATTERN, i))
+
+
+def test_no_two_subjects_share_a_memory_user() -> None:
+    names: dict[str, tuple[str, str]] = {}
+    for kind in ("user", "business"):
+        for subject in subject_ids():
+            name = user_of(MemoryContext(app_id="app", subject_kind=kind, subject_id=subject))
+            assert re.fullmatch(IDENTIFIER_PATTERN, name), name  # a valid user_id for every node
+            assert names.setdefault(name, (kind, subject)) == (kind, subject), name
+    assert len(names) == 2 * len(subject_ids())
+    assert user_of(MemoryContext(app_id="app", subject_kind="user", subject_id="alice")) == "alice"
+    assert user_of(MemoryContext(app_id="app", subject_kind="business", subject_id="acme")) == "business:acme"
+
+
+def test_a_user_named_like_a_business_reads_and_feeds_none_of_its_memory(client: FlaskClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    business = {"app_id": f"app-{tag}", "subject_kind": "business", "subject_id": f"acme-{tag}"}
+    user = {**business, "subject_kind": "user", "subject_id": f"business:acme-{tag}"}
+
+    def event(ctx: dict[str, str], text: str, run: str) -> None:
+        body = {"event_id": f"e-{run}", "event": "user_prompt", "payload": text, "metadata": {"run_id": run}}
+        response = post(client, "memory_observe", {"memory_context": ctx, "request": body})
+        assert response.status_code == 200 and response.get_json()["recorded"], response.get_data(as_text=True)
+
+    def recall(ctx: dict[str, str], query: str) -> dict[str, Any]:
+        response = post(client, "memory_prepare", {"memory_context": ctx, "request": {"query": query}})
+        assert response.status_code == 200, response.get_data(as_text=True)
+        answer: dict[str, Any] = response.json
+        return answer
+
+    event(business, "记住：公司的报销上限是每月8000元。", f"run-b-{tag}")
+    event(user, "记住：我对花生过敏，订餐时不要含花生。", f"run-u-{tag}")
+    assert "8000" in recall(business, "报销上限是多少？")["content"]
+    # Before: one memory user, business:acme-…, for both; the user read the business's limit and its own
+    # allergy was served to the business.
+    assert "8000" not in (recall(user, "报销上限是多少？")["content"] or "")
+    assert "花生" in recall(user, "订餐要注意什么？")["content"]
+    assert "花生" not in (recall(business, "订餐要注意什么？")["content"] or "")
+
+
+@pytest.mark.parametrize("sequence", [2**63, 10**30])
+def test_a_sequence_the_store_cannot_hold_is_refused_naming_the_field(client: FlaskClient, sequence: int) -> None:
+    body = {"event_id": "e-big", "event": "user_prompt", "sequence": sequence, "payload": "x"}
+    response = post(client, "memory_observe", {"memory_context": context("big"), "request": body})
+    error = assert_error(response, 422, "validation_error")  # was 500 internal_error
+    assert [e for e in error["errors"] if "request.sequence" in e], error["errors"]
+
+
+def test_subjects_without_a_run_id_never_share_a_session(client: FlaskClient) -> None:
+    """Sessions belong to the app, not to a user: one default name made every subject's events one session."""
+    tag = uuid.uuid4().hex[:8]
+    subjects = [{"app_id": f"app-{tag}", "subject_kind": "user", "subject_id": "alice"},
+                {"app_id": f"app-{tag}", "subject_kind": "user", "subject_id": "bob"},
+                {"app_id": f"app-{tag}", "subject_kind": "business", "subject_id": "alice"}]
+    answers = []
+    for ctx in subjects:
+        # The same delivery id for each: before, the second and third were taken for redeliveries of the first.
+        body = {"event_id": "evt-1", "event": "user_prompt", "payload": f"I am {ctx['subject_kind']} "
+                                                                        f"{ctx['subject_id']}, PIN 4401."}
+        response = post(client, "memory_observe", {"memory_context": ctx, "request": body})
+        assert response.status_code == 200, response.get_data(as_text=True)
+        answers.append(response.get_json())
+    assert [(a["recorded"], a["turn"]) for a in answers] == [(True, 1)] * 3
+    assert [a["session_id"] for a in answers] == [
+        "dify-agent-run:alice", "dify-agent-run:bob", "dify-agent-run:business:alice"]
+    for ctx, answer in zip(subjects, answers, strict=True):
+        state = post(client, "session_state", {"agent_id": ctx["app_id"], "session_id": answer["session_id"]})
+        assert [m["content"] for m in state.get_json()["buffer"]] == [
+            f"I am {ctx['subject_kind']} {ctx['subject_id']}, PIN 4401."]

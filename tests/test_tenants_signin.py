@@ -15,8 +15,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from acn.app.key_guard import FREE_FAILURES
+from acn.app.key_guard import FREE_FAILURES, MAX_WAIT_SECONDS, KeyGuard, LocalCounts
 from acn.common.auth import MIN_KEY_CHARS, parse_api_keys
+from acn.common.errors import SignInThrottledError, UnauthorizedError
 from acn.server import create_app
 from tests.conftest import ROOT, assert_error, make_settings, server_env
 from tests.redis_support import redis_server
@@ -91,10 +92,49 @@ def test_wrong_bearer_keys_are_throttled_per_address_and_counted(guarded_app: Fl
     assert again.headers["Retry-After"] == "4"  # the wait grows with each wrong key
     wait_out(again)
     assert retrieve(client, KEY, ATTACKER).status_code == 200  # the right key works once the wait is over
-    assert_error(retrieve(client, "guess-6", ATTACKER), 401, "unauthorized")  # ... and cleared the count
+    last = retrieve(client, "guess-6", ATTACKER)  # ... and clears nothing: the next wrong key waits longer
+    assert_error(last, 429, "sign_in_throttled")
+    assert last.headers["Retry-After"] == "8"
     metrics = client.get("/metrics", headers=bearer(KEY)).get_data(as_text=True)
     assert f'acn_auth_failures_total{{event="failed",where="api_key"}} {FREE_FAILURES + 3}.0' in metrics.splitlines()
-    assert 'acn_auth_failures_total{event="throttled",where="api_key"} 3.0' in metrics.splitlines()
+    assert 'acn_auth_failures_total{event="throttled",where="api_key"} 4.0' in metrics.splitlines()
+
+
+def test_the_right_key_clears_no_failure_made_with_other_keys(guarded_app: Flask) -> None:
+    """Issue 49: five wrong keys, then the tenant's own right key, over and over, from one address."""
+    client = guarded_app.test_client()
+    answers = []
+    for round_ in range(3):
+        answers += [retrieve(client, f"guess-{round_}-{guess:016d}", ATTACKER).status_code
+                    for guess in range(FREE_FAILURES)]
+        answers.append(retrieve(client, KEY, ATTACKER).status_code)
+    # Before, the right key cleared the count: [401] * 5 + [200], three times (6,640 guesses in 10 s).
+    assert answers == [401] * FREE_FAILURES + [200] + [429] * 2 * (FREE_FAILURES + 1)
+    metrics = client.get("/metrics", headers=bearer(KEY), environ_base=NEIGHBOUR).get_data(as_text=True)
+    # Six wrong keys were checked: the five free ones and the one that started the wait; the rest were refused
+    # unchecked.
+    assert f'acn_auth_failures_total{{event="failed",where="api_key"}} {FREE_FAILURES + 1}.0' in metrics.splitlines()
+
+
+def test_guessing_between_right_keys_stays_throttled_over_time() -> None:
+    """The same attack for 10 s of a clock, a key a millisecond: the wrong keys checked are the free ones and
+    one each time a wait ends (before: 8,334 of them)."""
+    clock_ms = [0]
+    events: list[str] = []
+    guard = KeyGuard(LocalCounts(FREE_FAILURES, MAX_WAIT_SECONDS, clock=lambda: clock_ms[0] / 1000),
+                     observe=lambda event, _where: events.append(event))
+    signed_in = 0
+    while clock_ms[0] < 10_000:
+        key = KEY if clock_ms[0] % (FREE_FAILURES + 1) == FREE_FAILURES else f"guess-{clock_ms[0]:020d}"
+        try:
+            guard.authenticate(f"Bearer {key}", {KEY: "alpha"}, "10.9.8.7", "api_key")
+            signed_in += 1
+        except (UnauthorizedError, SignInThrottledError):
+            pass
+        clock_ms[0] += 1
+    # Waits of 2 and 4 s end within the 10 s, the one of 8 s does not: 5 free wrong keys and 3 that set a wait.
+    assert events.count("failed") == FREE_FAILURES + 3
+    assert 1 <= signed_in <= 3
 
 
 def sign_in(client: FlaskClient, key: str) -> Any:

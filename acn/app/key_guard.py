@@ -5,7 +5,10 @@ answers of /healthz and /metrics) goes through `KeyGuard.authenticate`. A client
 FREE_FAILURES wrong keys in a row is refused with 429 sign_in_throttled and Retry-After for 2, 4, 8, ... seconds
 (at most MAX_WAIT_SECONDS), the wait doubling with each further wrong key. While an address waits
 every key it sends is refused unchecked, the right one included: a guess answered during the wait would tell
-the guesser whether it was right. Once the wait is over the right key works at once and clears the count.
+the guesser whether it was right. Once the wait is over the right key works at once, but it clears nothing: a
+tenant that sent 5 wrong keys and then its own right key, over and over, would otherwise guess 5 keys a round at
+full speed (issue 49: 6,640 guesses in 10 s). The count is forgotten FAILURE_MEMORY_SECONDS after the address's
+last wrong key.
 
 A request without a key (a browser opening /v1, a health probe) is not a failure: only a presented, wrong key is.
 
@@ -47,25 +50,22 @@ local wait = math.min(1000 * 2 ^ (count - free), tonumber(ARGV[2]))
 redis.call('SET', KEYS[2], '1', 'PX', wait)
 return {count, wait}
 """
-# One call per checked request: the wait left (ms, 0: none) and whether there are failures to clear.
+# One call per checked request: the wait left (ms, 0: none).
 _CHECK = """
 local left = redis.call('PTTL', KEYS[2])
 if left < 0 then left = 0 end
-return {left, redis.call('EXISTS', KEYS[1])}
+return left
 """
 
 
 class FailureCounts(Protocol):
     """Where failures per address are counted: this process, or Redis shared by the replicas."""
 
-    def wait_left(self, address: str) -> tuple[float, bool]:
-        """Return (seconds this address must still wait, whether it has failures on record)."""
+    def wait_left(self, address: str) -> float:
+        """Return the seconds this address must still wait (0.0: none)."""
 
     def failed(self, address: str) -> float:
         """Count a wrong key; return the wait it starts (0.0: none yet)."""
-
-    def clear(self, address: str) -> None:
-        """Forget the address's failures (its right key was accepted)."""
 
 
 def wait_after(count: int, free: int, max_wait: float) -> float:
@@ -83,16 +83,16 @@ class LocalCounts:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[int, float, float]] = OrderedDict()  # count, blocked until, last
 
-    def wait_left(self, address: str) -> tuple[float, bool]:
+    def wait_left(self, address: str) -> float:
         now = self.clock()
         with self._lock:
             entry = self._entries.get(address)
             if entry is None:
-                return 0.0, False
+                return 0.0
             if now - entry[2] > FAILURE_MEMORY_SECONDS:
                 del self._entries[address]
-                return 0.0, False
-            return max(0.0, entry[1] - now), True
+                return 0.0
+            return max(0.0, entry[1] - now)
 
     def failed(self, address: str) -> float:
         now = self.clock()
@@ -104,10 +104,6 @@ class LocalCounts:
             while len(self._entries) > ADDRESSES:
                 self._entries.popitem(last=False)
             return wait
-
-    def clear(self, address: str) -> None:
-        with self._lock:
-            self._entries.pop(address, None)
 
 
 class RedisCounts:
@@ -129,13 +125,13 @@ class RedisCounts:
     def _keys(self, address: str) -> list[str]:
         return [f"{self._prefix}:authfail:{address}", f"{self._prefix}:authwait:{address}"]
 
-    def wait_left(self, address: str) -> tuple[float, bool]:
+    def wait_left(self, address: str) -> float:
         try:
-            left, known = self._check(keys=self._keys(address))
+            left = self._check(keys=self._keys(address))
         except self._errors as error:
             log.warning("Redis unreachable for the key throttle: counting in this process (%s)", type(error).__name__)
             return self.fallback.wait_left(address)
-        return int(left) / 1000, bool(known)
+        return int(left) / 1000
 
     def failed(self, address: str) -> float:
         try:
@@ -145,13 +141,6 @@ class RedisCounts:
             log.warning("Redis unreachable for the key throttle: counting in this process (%s)", type(error).__name__)
             return self.fallback.failed(address)
         return int(wait) / 1000
-
-    def clear(self, address: str) -> None:
-        try:
-            self._redis.delete(*self._keys(address))
-        except self._errors:
-            pass  # the count expires on its own; the right key was accepted either way
-        self.fallback.clear(address)
 
     def close(self) -> None:
         try:
@@ -176,24 +165,20 @@ class KeyGuard:
         """Return the tenant of the header's key; 401 for a wrong one, 429 while the address must wait."""
         if not keys:
             return authenticate(authorization, keys)
-        known = self.check(address, where)
+        self.check(address, where)
         try:
-            tenant = authenticate(authorization, keys)
+            return authenticate(authorization, keys)
         except UnauthorizedError:
             if (authorization or "").partition(" ")[2].strip():  # a key was presented, and it was wrong
                 self.failed(address, where)
             raise
-        if known:
-            self.counts.clear(address)
-        return tenant
 
-    def check(self, address: str, where: str) -> bool:
-        """Refuse (429) an address that must still wait; return whether it has failures on record."""
-        left, known = self.counts.wait_left(address)
+    def check(self, address: str, where: str) -> None:
+        """Refuse (429) an address that must still wait."""
+        left = self.counts.wait_left(address)
         if left > 0:
             self.observe("throttled", where)
             raise _throttled(left)
-        return known
 
     def failed(self, address: str, where: str) -> None:
         """Count a wrong key; past the free ones, answer 429 at once (the wait starts now)."""
@@ -202,10 +187,6 @@ class KeyGuard:
         if wait > 0:
             self.observe("throttled", where)
             raise _throttled(wait)
-
-    def succeeded(self, address: str) -> None:
-        """Clear an address's failures after its right key (the sign-in form checks keys itself)."""
-        self.counts.clear(address)
 
 
 def _throttled(seconds: float) -> SignInThrottledError:

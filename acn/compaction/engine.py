@@ -10,14 +10,15 @@ from functools import partial
 from acn.common.conversation import Turn, group_turns
 from acn.common.errors import ProviderError, ProviderTimeoutError, ValidationError
 from acn.common.models import Message, Segment
-from acn.compaction.extractive import source_numbers, source_text, summarize_extractive
+from acn.compaction.extractive import source_numbers, summarize_extractive
+from acn.compaction.grounding import Source, grounding_problems
 from acn.compaction.llm import JsonChat, summarize_llm
 from acn.compaction.merge import merge_segments
-from acn.compaction.segment_lines import finish_segment, segment_body
+from acn.compaction.segment_lines import finish_segment
 from acn.compaction.segments import cut_segments, next_turn_number, segment_id, user_sentences
 from acn.compaction.state import WorkingState, working_state
 from acn.compaction.statements import topic_keys_cached
-from acn.compaction.verify import grounding_problems, self_check, verify_numbers
+from acn.compaction.verify import self_check, verify_numbers
 from acn.text.lang import detect_language
 from acn.text.tokens import Tokenizer
 
@@ -160,9 +161,8 @@ def _run(
         draft = summarize(turns, state, lang)
         if check:
             # What the LLM may draw on: these turns and the segments before them (its prompt carries their state).
-            source = "\n".join([source_text(turns), *(segment_body(s) for s in history),
-                                *(v for s in history for v in s.key_numbers.values())])
-            problems = grounding_problems(draft, source) or self_check(history, [draft], user_sentences(turns))
+            problems = (grounding_problems(draft, Source.of(turns, history))
+                        or self_check(history, [draft], user_sentences(turns)))
             if problems:
                 raise _SelfCheckError(problems)
         verified = verify_numbers(draft, source_numbers(turns))

@@ -5,8 +5,9 @@ The contract is Dify's (dify-agent/docs/dify-agent/external-memory.md in langgen
 UTF-8 size is `content_bytes` and never over `max_bytes`, or `status: empty`. Observe gets one lifecycle event
 at a time (user_prompt, model_response, tool_call, tool_result, run_end) and records it as a message of the
 run's session through record_turn, so a user prompt opens a turn and what follows joins it; a redelivered
-`event_id` is stored once. Mapping: app_id → agent, subject → user (a business subject gets its own prefix so it
-never meets a user of the same id), the run → a session.
+`event_id` is stored once. Mapping: app_id → agent, subject → user (`user_of`: a business subject gets its own
+prefix, and a user id that begins with that prefix is escaped, so no two subjects share a user), the run → a
+session (an event that names no run: the subject's own default session, `default_run`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from acn.common.models import IDENTIFIER_PATTERN, Message, Namespace, NodeResponse
+from acn.common.models import IDENTIFIER_PATTERN, INT64_MAX, Message, Namespace, NodeResponse
 from acn.compaction.record import RecordTurnRequest, record
 from acn.nodes.spec import Description, NodeSpec
 from acn.retrieval.memory_lines import render_memory
@@ -31,7 +32,8 @@ MAX_BYTES = 32768
 # Memories offered to prepare before the byte budget cuts; each one cut to this many tokens.
 PREPARE_TOP_K = 12
 PREPARE_ITEM_TOKENS = 300
-# The run's session when the event's metadata names no run: all of a subject's runs then share one session.
+# The run's session when the event's metadata names no run, followed by the subject's user (user_of): all of a
+# subject's runs then share one session, and no two subjects do.
 DEFAULT_RUN = "dify-agent-run"
 RUN_KEYS = ("run_id", "conversation_id", "session_id")
 BUSINESS_PREFIX = "business:"
@@ -66,7 +68,8 @@ def as_payload_object(value: Any) -> Any:
 class ObserveBody(DifyShape):
     event_id: str = Field(min_length=1, max_length=200, description="Delivery id: a retried event repeats it.")
     event: Literal["user_prompt", "model_response", "tool_call", "tool_result", "run_end"]
-    sequence: int = Field(default=0, ge=0, description="Order of the event within its run.")
+    # Kept in the message's meta: the store holds 64-bit integers, so a larger one is a 422 here, not a 500 there.
+    sequence: int = Field(default=0, ge=0, le=INT64_MAX, description="Order of the event within its run.")
     payload: Annotated[dict[str, Any] | None, BeforeValidator(as_payload_object)] = Field(
         default=None, description="The event's content, bounded by Dify: an object (text alone is taken as "
                                   "{\"text\": …}, any other JSON value as {\"value\": …}).")
@@ -102,8 +105,21 @@ class MemoryObserveResponse(NodeResponse):
 
 
 def user_of(context: MemoryContext) -> str:
-    """Return our user id for the subject (a business subject is prefixed: it never reads a user's memories)."""
-    return context.subject_id if context.subject_kind == "user" else BUSINESS_PREFIX + context.subject_id
+    """Return our user id for the subject: one per (kind, id), whatever the id holds.
+
+    - a business: BUSINESS_PREFIX + id. An id begins with a letter or a digit (IDENTIFIER_PATTERN), so the
+      character after the prefix is never ':';
+    - a user whose id begins with the prefix (`business:acme`): the prefix, ':' and the rest (`business::acme`).
+      The character after the prefix is ':', so no business lands there (before, this user was the business
+      `acme`: it read the business's memory and its writes were served to the business);
+    - any other user: the id itself, the user_id the other nodes take for the same person.
+    """
+    subject = context.subject_id
+    if context.subject_kind == "business":
+        return BUSINESS_PREFIX + subject
+    if subject.startswith(BUSINESS_PREFIX):
+        return BUSINESS_PREFIX + ":" + subject[len(BUSINESS_PREFIX):]
+    return subject
 
 
 def fit_bytes(lines: list[str], max_bytes: int) -> str:
@@ -126,9 +142,10 @@ def prepare(request: MemoryPrepareRequest, deps: Deps) -> MemoryPrepareResponse:
     """Retrieve the subject's memories for the query and answer them within max_bytes."""
     context, body = request.memory_context, request.request
     # The run's own history is the runtime's: recall reads what outlives a run (user, agent and shared memories).
-    retrieve = MemoryRetrieveRequest(agent_id=context.app_id, session_id=DEFAULT_RUN, user_id=user_of(context),
-                                     query=body.query[-MAX_QUERY_CHARS:], scopes=["user", "agent", "shared"],
-                                     top_k=PREPARE_TOP_K, max_item_tokens=PREPARE_ITEM_TOKENS)
+    retrieve = MemoryRetrieveRequest(agent_id=context.app_id, session_id=default_run(context),
+                                     user_id=user_of(context), query=body.query[-MAX_QUERY_CHARS:],
+                                     scopes=["user", "agent", "shared"], top_k=PREPARE_TOP_K,
+                                     max_item_tokens=PREPARE_ITEM_TOKENS)
     language = detect_language(body.query or "")
     chosen = [cut(r.result(), PREPARE_ITEM_TOKENS, deps.tokenizer) for r in rank(retrieve, deps)[:PREPARE_TOP_K]]
     content = fit_bytes([render_memory(m, language) for m in chosen], body.max_bytes)
@@ -137,13 +154,20 @@ def prepare(request: MemoryPrepareRequest, deps: Deps) -> MemoryPrepareResponse:
     return MemoryPrepareResponse(status="ready", content=content, content_bytes=len(content.encode("utf-8")))
 
 
-def run_session(metadata: dict[str, Any]) -> str:
-    """Return the session of the event's run: the first run id the metadata carries that is a valid id."""
+def default_run(context: MemoryContext) -> str:
+    """Return the subject's session for events that name no run (sessions are the app's, not a user's: one name
+    for every subject made them all one session, their turns and event ids mixed)."""
+    return f"{DEFAULT_RUN}:{user_of(context)}"
+
+
+def run_session(metadata: dict[str, Any], context: MemoryContext) -> str:
+    """Return the session of the event's run: the first run id the metadata carries that is a valid id, else the
+    subject's own default session."""
     for key in RUN_KEYS:
         value = metadata.get(key)
         if isinstance(value, str) and re.fullmatch(IDENTIFIER_PATTERN, value):
             return value
-    return DEFAULT_RUN
+    return default_run(context)
 
 
 def payload_text(payload: dict[str, Any] | None, keys: tuple[str, ...]) -> str:
@@ -191,7 +215,8 @@ def event_message(body: ObserveBody) -> Message | None:
 def observe(request: MemoryObserveRequest, deps: Deps) -> MemoryObserveResponse:
     """Record one event as a message of the run's session, once per event_id."""
     context, body = request.memory_context, request.request
-    namespace = Namespace(agent_id=context.app_id, session_id=run_session(body.metadata), user_id=user_of(context))
+    namespace = Namespace(agent_id=context.app_id, session_id=run_session(body.metadata, context),
+                          user_id=user_of(context))
     message = event_message(body)
     if message is None:
         return MemoryObserveResponse(recorded=False, session_id=namespace.session_id, turn=0)

@@ -82,13 +82,23 @@ def _constant(text: str) -> Any:
     raise Malformed(f"{text} is not a number")
 
 
-def loads(text: str | bytes) -> Any:
-    """json.loads with the caps above; Malformed (a ValueError) or ValueError when refused."""
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys, another reader the first: the object would mean two things.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise Malformed("a key twice in one object")  # not which: the key is the answer's text, never reflected
+    return value
+
+
+def loads(text: str | bytes, *, unique_keys: bool = False) -> Any:
+    """json.loads with the caps above (and, when asked, no key twice in one object); Malformed (a ValueError) or
+    ValueError when refused."""
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     if json_too_deep(text):
         raise Malformed(f"nested deeper than {MAX_JSON_DEPTH} levels")
-    return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
+    return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant,
+                      object_pairs_hook=_unique_keys if unique_keys else None)
 
 
 def decode_json(raw: bytes, what: str) -> Any:

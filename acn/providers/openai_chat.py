@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -45,6 +46,8 @@ LOGGED_BODY_CHARS = 200
 # Threads for LLM calls, shared by every client (a request-chosen endpoint gets a client per request). More than
 # ACN_LLM_MAX_CONCURRENT's default: the gate bounds the callers, these only keep a stuck call off the request thread.
 LLM_CALLS = CallPool(16, "acn-llm")
+# A surrogate in the text itself (the endpoint's JSON body escaped it) or an escape of one in the reply's JSON.
+_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 
 
@@ -311,15 +314,30 @@ def extract_content(body: Any) -> str:
 
 
 def parse_reply_content(content: str) -> dict[str, Any]:
-    """Parse reply text as a JSON object, tolerating a ```json fence around it."""
+    """Parse reply text as a JSON object, tolerating a ```json fence around it.
+
+    Refused as a request body is (acn/app/json_body.py): a key twice in one object (two "goal" keys: json keeps
+    the last, which no other reader of the reply need agree with) and an unpaired UTF-16 surrogate (a lone
+    "\\ud800" cannot be encoded, so it could be neither hashed nor stored).
+    """
     fenced = _FENCE.match(content)
     text = fenced.group(1) if fenced else content
     try:
-        value = loads(text)
+        value = loads(text, unique_keys=True)
     except Malformed as error:
         raise ProviderError(f"LLM reply content is malformed JSON ({error})") from None
     except ValueError as error:
         raise ProviderError("LLM reply content is not valid JSON") from error
     if not isinstance(value, dict):
         raise ProviderError("LLM reply content is not a JSON object")
+    if _SURROGATE.search(text) and not _encodable(value):
+        raise ProviderError("LLM reply content holds an unpaired UTF-16 surrogate")
     return value
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
