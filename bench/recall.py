@@ -262,6 +262,10 @@ def evaluate(job: Job) -> tuple[list[Record], float, float]:
     from acn.retrieval import ranker
 
     ranker.LEARNED = "ranker" not in job.ablate  # without it: the hand-tuned order (ACN_RANKER=off)
+    from acn.text import events
+
+    events.QUESTION_FACTS = "question-facts" not in job.ablate  # a question with a key number kept as a fact
+    events.ASSISTANT_FACTS = "+assistant-facts" in job.ablate  # the answers' numbers (tickets, dates) kept too
     raw = case.raw()
     texts = {turn.id: turn.text for turn in raw} | {line.dia_id: line.content for line in case.lines}
     dense_model = embedder(cached_name(job.dense_embedder, job.vector_cache))
@@ -470,7 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--ablate", default="", help="ours without these steps: focus, hop, dialogue "
                                                       "(acn/assembly/hops.py), ranker (the learned order, "
-                                                      "acn/retrieval/ranker.py)")
+                                                      "acn/retrieval/ranker.py), question-facts (questions "
+                                                      "with a key number extracted as facts); or with "
+                                                      "+assistant-facts (the answers' numbers kept as facts)")
     parser.add_argument("--budgets", default="1000,2000,4000")
     parser.add_argument("--ours-embedder", default="use", help="ACN_EMBEDDER of ours (none = BM25 only)")
     parser.add_argument("--dense-embedder", default="use", help="registered embedder name of the dense baseline")

@@ -79,6 +79,11 @@ _LEADING_CLAUSE = re.compile(r"^([^，,、]{1,20})[，,、]\s*")
 _FACT_KINDS = frozenset(
     {"amount", "date", "time", "duration", "percent", "id", "account", "version", "phone", "email"}
 )
+# What record_turn extracts besides statements, switched by `python -m bench.recall --ablate` to measure what each
+# kind of row adds (issue 47): a user's question that carries a key number kept as a fact; an assistant sentence
+# that carries one (a ticket number, a promised date) kept as a fact although it confirms no change.
+QUESTION_FACTS = True
+ASSISTANT_FACTS = False
 
 # Topics whose wording varies: every synonym maps to one key so a later change supersedes the earlier.
 _TOPICS: list[tuple[str, re.Pattern[str]]] = [
@@ -179,7 +184,7 @@ def _has_key_numbers(text: str) -> bool:
 def _classify_user(sentence: str) -> str | None:
     """Return the event kind of a user sentence, or None when it is not memorable."""
     if _QUESTION_END.search(sentence):
-        return "fact" if _has_key_numbers(sentence) else None
+        return "fact" if QUESTION_FACTS and _has_key_numbers(sentence) else None
     rules = [
         ("identity", _IDENTITY),
         ("decision", _DECISION),
@@ -199,7 +204,9 @@ def _classify_assistant(sentence: str) -> str | None:
     if _QUESTION_END.search(sentence):
         return None
     confirms = _ASSISTANT_CONFIRM.search(sentence) or _matches(_DECISION, sentence)
-    return "decision" if confirms and _has_key_numbers(sentence) else None
+    if not _has_key_numbers(sentence):
+        return None
+    return "decision" if confirms else "fact" if ASSISTANT_FACTS else None
 
 
 def topic_key(sentence: str, kind: str) -> str | None:
