@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -23,7 +26,7 @@ from acn.app.mcp_tools import TOOL_NODES, inline_refs, without_titles
 from acn.app.openapi import SCHEMA_DIR
 from acn.nodes import all_nodes
 from acn.text.tokens import load_tokenizer
-from tests.conftest import serving
+from tests.conftest import ROOT, free_port, server_env, serving, stop_process, wait_for_port
 
 KEY_ALPHA = "mcp-test-key-alpha-0123456789"
 KEY_BRAVO = "mcp-test-key-bravo-0123456789"
@@ -281,3 +284,31 @@ def test_metrics_count_mcp_calls_by_tool_and_outcome(base: str, namespace: dict[
     asyncio.run(main())
     assert (metric(base, ok), metric(base, failed)) == (before[0] + 1, before[1] + 1)
     assert metric(base, 'acn_requests_total{route="/mcp",status="200"}') > 0
+
+
+# -- the production server ---------------------------------------------------------------------------------------
+
+
+def test_gunicorn_serves_mcp_on_the_same_port(tmp_path: Path, namespace: dict[str, str]) -> None:
+    port = free_port()
+    env = server_env(ACN_MILVUS_URI=str(tmp_path / "memory.db"), ACN_API_KEYS=f"{KEY_ALPHA}:alpha",
+                     ACN_BIND=f"127.0.0.1:{port}", ACN_THREADS="2", ACN_LOG_LEVEL="WARNING")
+    gunicorn = Path(sys.executable).parent / "gunicorn"
+    process = subprocess.Popen([str(gunicorn), "-c", "deploy/gunicorn.conf.py"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+
+    async def main() -> tuple[list[str], types.CallToolResult]:
+        async with connect(base) as session:
+            names = [tool.name for tool in (await session.list_tools()).tools]
+            return names, await session.call_tool("memory_retrieve", {**namespace, "query": "杭州"})
+
+    try:
+        wait_for_port(port, timeout=60, process=process)
+        names, retrieved = asyncio.run(main())
+        nodes_answer = httpx2.get(f"{base}/healthz", headers={"Authorization": f"Bearer {KEY_ALPHA}"}, timeout=60)
+    finally:
+        stop_process(process)
+    assert names == list(TOOL_NODES)
+    assert not retrieved.is_error and structured(retrieved)["memories"] == []
+    assert nodes_answer.status_code == 200
