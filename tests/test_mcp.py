@@ -22,7 +22,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from acn.app.mcp_tools import TOOL_NODES, inline_refs, without_titles
+from acn.app.mcp_tools import TOOL_NODES, inline_refs, typed_unions, without_titles
 from acn.app.openapi import SCHEMA_DIR
 from acn.nodes import all_nodes
 from acn.text.tokens import load_tokenizer
@@ -32,7 +32,7 @@ KEY_ALPHA = "mcp-test-key-alpha-0123456789"
 KEY_BRAVO = "mcp-test-key-bravo-0123456789"
 MAX_BODY_BYTES = 200_000
 # What an agent's host reads before the first call: every tool with its schema, as the wire carries it.
-TOOLS_LIST_MAX_TOKENS = 9_000
+TOOLS_LIST_MAX_TOKENS = 9_500  # 8,897 today (docs/integration.md states both)
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -104,12 +104,14 @@ def test_initialize_lists_every_tool_with_the_request_models_schemas(base: str) 
         spec = nodes[tool.name]
         # The generated file itself, references written out and titles left out: never a second copy.
         generated = json.loads((SCHEMA_DIR / f"{tool.name}.request.json").read_text(encoding="utf-8"))
-        expected = without_titles(inline_refs(generated, generated.get("$defs", {})))
+        expected = typed_unions(without_titles(inline_refs(generated, generated.get("$defs", {}))))
         if tool.name == "assemble":
             assert tool.input_schema["properties"].pop("full")["type"] == "boolean"
         assert tool.input_schema == expected
         assert tool.description == f"{spec.description.llm_en}\n{spec.description.llm_zh}"
         assert "$ref" not in json.dumps(tool.input_schema)
+        # Dify reads each parameter's type from `type` alone: every property names one.
+        assert [name for name, prop in tool.input_schema["properties"].items() if "type" not in prop] == []
     wire = listed.model_dump_json(by_alias=True, exclude_none=True)
     assert load_tokenizer().count(wire) <= TOOLS_LIST_MAX_TOKENS
 
@@ -312,3 +314,22 @@ def test_gunicorn_serves_mcp_on_the_same_port(tmp_path: Path, namespace: dict[st
     assert names == list(TOOL_NODES)
     assert not retrieved.is_error and structured(retrieved)["memories"] == []
     assert nodes_answer.status_code == 200
+
+
+# -- the schema rewrites, on their own ----------------------------------------------------------------------------
+
+
+def test_the_schema_rewrites_keep_what_validates_and_leave_data_alone() -> None:
+    schema = {"title": "R", "type": "object", "$defs": {"Inner": {"title": "Inner", "type": "object",
+                                                                 "properties": {"title": {"type": "string"}}}},
+              "properties": {"inner": {"anyOf": [{"$ref": "#/$defs/Inner"}, {"type": "null"}], "default": None},
+                             "mode": {"enum": ["title", "x"], "default": {"title": "kept"}, "type": "string"}}}
+    rewritten = typed_unions(without_titles(inline_refs(schema, schema["$defs"])))
+    assert rewritten == {"type": "object", "properties": {
+        "inner": {"anyOf": [{"type": "object", "properties": {"title": {"type": "string"}}}, {"type": "null"}],
+                  "default": None, "type": ["object", "null"]},
+        "mode": {"enum": ["title", "x"], "default": {"title": "kept"}, "type": "string"}}}
+    looped = {"$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
+              "$ref": "#/$defs/Node"}
+    with pytest.raises(ValueError, match="recursive"):
+        inline_refs(looped, looped["$defs"])

@@ -82,7 +82,7 @@ def build_tool(spec: NodeSpec) -> types.Tool:
     """Return one node's tool: name, English and Chinese description, input schema from its request model."""
     return types.Tool(
         name=spec.name, title=spec.summary, description=tool_description(spec), input_schema=input_schema(spec),
-        annotations=types.ToolAnnotations(title=spec.summary, read_only_hint=spec.name in READ_ONLY,
+        annotations=types.ToolAnnotations(read_only_hint=spec.name in READ_ONLY,
                                           destructive_hint=False if spec.name not in READ_ONLY else None,
                                           open_world_hint=False))
 
@@ -95,7 +95,7 @@ def tool_description(spec: NodeSpec) -> str:
 def input_schema(spec: NodeSpec) -> dict[str, Any]:
     """Return the node's request schema, self-contained and without titles (assemble also takes `full`)."""
     schema = request_schema(spec)
-    body = without_titles(inline_refs(schema, schema.get("$defs", {})))
+    body = typed_unions(without_titles(inline_refs(schema, schema.get("$defs", {}))))
     if spec.name == "assemble":
         if FULL in body.get("properties", {}):
             raise ValueError(f"assemble's request model has a field {FULL!r}: the MCP flag needs another name")
@@ -120,6 +120,33 @@ def inline_refs(schema: Any, definitions: Mapping[str, Any], path: tuple[str, ..
             out.update(inline_refs(definitions[name], definitions, (*path, name)))
         else:
             out[key] = value if key in DATA_KEYWORDS else inline_refs(value, definitions, path)
+    return out
+
+
+def typed_unions(schema: Any) -> Any:
+    """Return schema with a `type` list beside each `anyOf` whose branches all name their types.
+
+    `str | None` is `anyOf: [{type: string}, {type: null}]` with no `type` of its own, and Dify reads a tool
+    parameter's type from `type` alone (a property without one becomes a string). `type: [string, null]` beside
+    it admits exactly what the branches admit, so validation does not change.
+    """
+    if isinstance(schema, list):
+        return [typed_unions(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value if key in DATA_KEYWORDS or key == "properties" else typed_unions(value)
+           for key, value in schema.items()}
+    if "properties" in schema and isinstance(schema["properties"], dict):
+        out["properties"] = {name: typed_unions(prop) for name, prop in schema["properties"].items()}
+    branches = out.get("anyOf")
+    if "type" not in out and isinstance(branches, list) and branches \
+            and all(isinstance(b, dict) and "type" in b for b in branches):
+        names: list[str] = []
+        for branch in branches:
+            for name in branch["type"] if isinstance(branch["type"], list) else [branch["type"]]:
+                if name not in names:
+                    names.append(name)
+        out["type"] = names[0] if len(names) == 1 else names
     return out
 
 
