@@ -3,10 +3,11 @@
 No transport here (acn/app/mcp_route.py serves these at /mcp). A tool is a node: its name is the node's, its
 description the node's LLM-facing text in English and Chinese (acn/nodes/*.py, one place), its inputSchema the
 JSON Schema of the node's request model — the very schema `schemas/<node>.request.json` holds, with its `$ref`s
-written out in place and pydantic's titles left out (some hosts, Dify's MCP tools among them, read a tool's
-parameters from `properties` without following references). A call validates the arguments against that model
-and runs the same function the HTTP route runs, for the caller's tenant; an error is a result with isError whose
-structured content is the HTTP error envelope (acn/app/responses.py), never a protocol error.
+written out in place, pydantic's titles left out and each nullable field's types named in its own `type` (Dify
+reads a tool's parameters from `properties` by their `type`, without following references). A call validates
+the arguments against that model and runs the same function the HTTP route runs, for the caller's tenant; an
+error is a result with isError whose structured content is the HTTP error envelope (acn/app/responses.py),
+never a protocol error.
 
 What an agent reads is kept small: an `assemble` answer is the context text (`prompt`) with its mode and size,
 every field of the HTTP response only with `full: true`; the others answer with their HTTP response fields. The
@@ -56,7 +57,6 @@ INSTRUCTIONS = f"{PACK['description']['en_US']}\n{PACK['description']['zh_Hans']
                "memory_write / memory_retrieve keep and find facts across sessions.\n" \
                "对话循环：assemble（为模型组装上下文）→ 模型 → record_turn（记住本轮）。" \
                "memory_write / memory_retrieve 跨会话保存和查找事实。"
-
 
 
 @dataclass(frozen=True)
