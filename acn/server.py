@@ -34,6 +34,7 @@ import acn.storage.allocator
 from acn.app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from acn.app.json_body import read_json_body
 from acn.app.key_guard import KeyGuard, open_key_guard
+from acn.app.mcp_route import register_mcp
 from acn.app.openapi import build_admin_openapi, build_manifest, build_openapi
 from acn.app.proxies import TrustedProxyFix, parse_trusted_proxies
 from acn.app.responses import error_response, ok_response, validate
@@ -108,6 +109,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     _register_admin_routes(app, runtime)
     _register_meta_routes(app, runtime, nodes, keys, guard)
     register_dify_extension(app, runtime)
+    register_mcp(app, runtime, nodes)  # the nodes as MCP tools at /mcp (acn/app/mcp_route.py)
     # The inspector's /ui pages take the API key header or their own sign-in cookie (acn/inspector/signin.py).
     app.register_blueprint(create_blueprint())
     return app

@@ -32,7 +32,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 FORM_MIMETYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
 CORS_METHODS = "GET, POST, DELETE, OPTIONS"
-CORS_HEADERS = "Authorization, Content-Type, X-Request-Id"
+# Mcp-Protocol-Version: what a browser-based MCP client (an inspector page) sends to /mcp after initialize.
+CORS_HEADERS = "Authorization, Content-Type, X-Request-Id, Mcp-Protocol-Version"
 CORS_EXPOSE = "X-Request-Id, Server-Timing"
 CORS_MAX_AGE = "600"
 _HOST_NAME = re.compile(r"(\.?[a-z0-9_-]+(\.[a-z0-9_-]+)*|\[[0-9a-f:.]+\])(:\d{1,5})?")

@@ -233,9 +233,14 @@ def node_schemas(nodes: dict[str, NodeSpec]) -> dict[str, dict[str, Any]]:
     """Return file name -> standalone JSON Schema for each node's request and response."""
     files = {}
     for spec in nodes.values():
-        files[f"{spec.name}.request.json"] = spec.request_model.model_json_schema(mode="validation")
+        files[f"{spec.name}.request.json"] = request_schema(spec)
         files[f"{spec.name}.response.json"] = spec.response_model.model_json_schema(mode="serialization")
     return files
+
+
+def request_schema(spec: NodeSpec) -> dict[str, Any]:
+    """Return the JSON Schema of a node's request: schemas/<node>.request.json, and its MCP tool's inputSchema."""
+    return spec.request_model.model_json_schema(mode="validation")
 
 
 def build_manifest(nodes: dict[str, NodeSpec]) -> dict[str, Any]:

@@ -60,6 +60,10 @@ class Metrics:
             "(event=throttled), by where the key was presented (api_key, sign_in).", ["event", "where"],
             registry=self.registry)
 
+        self.mcp_calls = Counter(
+            "acn_mcp_tool_calls", "MCP tools/call requests at /mcp by tool and outcome (ok, or the error code); "
+            "each also counts in acn_requests under route /mcp.", ["tool", "outcome"], registry=self.registry)
+
         self.embedding_backlog = Gauge(
             "acn_embedding_backlog", "Rows this process has queued for their vectors (ACN_EMBEDDING_BACKLOG); "
             "a steady rise means writes outpace the embedder.", registry=self.registry)
@@ -76,6 +80,10 @@ class Metrics:
     def observe_auth(self, event: str, where: str) -> None:
         """Count a wrong key or a throttled request (acn/app/key_guard.py)."""
         self.auth_events.labels(event=event, where=where).inc()
+
+    def observe_mcp_call(self, tool: str, outcome: str) -> None:
+        """Count one MCP tool call (acn/app/mcp_tools.py): tool is a served tool's name or "unknown"."""
+        self.mcp_calls.labels(tool=tool, outcome=outcome).inc()
 
     def watch_store(self, lock_stats: Callable[[], dict[str, float]]) -> None:
         """Read the store's write-lock counters (MilvusStore.lock_stats) at each scrape."""
