@@ -36,6 +36,8 @@ class Stack:
     # through nginx it is the address a client connects from (127.0.0.x: all of 127/8 is this machine's).
     forwarded: bool
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # Connections one untrusted address may hold (python server.py); nginx bounds a head's time instead.
+    per_address: int | None = None
 
     def as_client(self, number: int) -> tuple[str, dict[str, str]]:
         """Return (source address, headers) of client `number` (1–250), as the server should see it."""
@@ -120,7 +122,8 @@ def python_server(folder: Path, **env: str) -> Iterator[Stack]:
     try:
         wait_for_port(port, timeout=START_DEADLINE, process=process)
         wait_until_answering(port, process)
-        yield Stack("python server.py", port, forwarded=True, processes=[process])
+        yield Stack("python server.py", port, forwarded=True, processes=[process],
+                    per_address=int(env.get("ACN_CONNECTIONS_PER_ADDRESS", "256")))
     finally:
         stop_process(process)
 

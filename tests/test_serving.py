@@ -9,7 +9,9 @@ loopback; loops are bounded in count, and every probe has a generous deadline (t
 from __future__ import annotations
 
 import json
+import selectors
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, closing
 from pathlib import Path
@@ -74,15 +76,44 @@ def assert_served(stack: Stack) -> None:
     assert status == 200, body
 
 
-def test_half_sent_request_heads_cost_sockets_not_the_server(stack: Stack) -> None:
-    # Each sends part of a request head and then a byte now and then; waitress took 100 such connections (all it
-    # had) and gunicorn alone one thread each.
-    with ExitStack() as held:
-        sockets = [held.enter_context(closing(socket.create_connection(("127.0.0.1", stack.port), timeout=DEADLINE)))
-                   for _ in range(SLOW_HEADS)]
+def refused(sockets: list[socket.socket], expected: int) -> int:
+    """Return how many of `sockets` the server answered 429 and closed, waiting (bounded) until `expected` are.
+
+    A refused connection whose head arrived before the close may be reset rather than read: that counts too.
+    """
+    found: set[socket.socket] = set()
+    deadline = time.monotonic() + DEADLINE
+    with selectors.DefaultSelector() as selector:
         for sock in sockets:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            selector.register(sock, selectors.EVENT_READ)
+        while len(found) < expected and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=0.5):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                selector.unregister(sock)
+                try:
+                    answer = sock.recv(4096, socket.MSG_PEEK)
+                except ConnectionResetError:
+                    answer = b""
+                if answer.startswith(b"HTTP/1.1 429 ") or answer == b"":
+                    found.add(sock)
+    return len(found)
+
+
+def test_half_sent_request_heads_cost_sockets_not_the_server(stack: Stack) -> None:
+    # Each sends part of a request head and then a byte now and then, from one address that is not the trusted
+    # proxy; waitress took 100 such connections (all it had) and gunicorn alone one thread each.
+    with ExitStack() as held:
+        sockets = [held.enter_context(closing(socket.create_connection(
+            ("127.0.0.1", stack.port), timeout=DEADLINE, source_address=("127.0.0.2", 0)))) for _ in range(SLOW_HEADS)]
+        for sock in sockets:
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            except OSError:
+                pass  # python server.py closes connections past the address's cap
         assert_served(stack)
+        if stack.per_address is not None:  # the rest were refused (429) and closed
+            assert refused(sockets, SLOW_HEADS - stack.per_address) == SLOW_HEADS - stack.per_address
         for sock in sockets:
             try:
                 sock.sendall(b"a")  # the next byte, as such a client sends it

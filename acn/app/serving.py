@@ -7,6 +7,8 @@ answer is written into that buffer. What it needs from us:
 - poll() instead of select(): select() cannot watch a socket numbered above 1023, so more connections need it;
 - `channel_timeout`: a connection with nothing sent or received for that long is closed, the answer a client
   never reads with it;
+- a cap per client address (AddressCap, ours: waitress has none), so that one address cannot take every
+  connection; trusted proxies are exempt, since every client behind one shares its address;
 - no clearing of proxy headers: waitress believes X-Forwarded-* from one exact address at most, and by default
   deletes them from everyone else, before the app's TrustedProxyFix (ACN_TRUSTED_PROXIES, networks) could
   read them. TrustedProxyFix removes them itself from peers it does not trust (acn/app/proxies.py).
@@ -16,13 +18,23 @@ from __future__ import annotations
 
 import logging
 import resource
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
+
+from waitress.channel import HTTPChannel
+from waitress.server import BaseWSGIServer
 
 from acn.common.settings import Settings
 
 log = logging.getLogger("acn.server")
 # Sockets the process needs besides its connections: the store's files and threads, the listening socket, logs.
 SPARE_FILES = 256
+# What a connection past its address's cap reads before it is closed: a plain answer, since no request was read.
+REFUSAL = (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nContent-Type: text/plain\r\n"
+           b"Content-Length: 43\r\nConnection: close\r\n\r\ntoo many connections from this address (429)")
 
 
 def waitress_options(settings: Settings, body_limit: int) -> dict[str, Any]:
@@ -52,3 +64,64 @@ def raise_open_files(connections: int) -> int:
         log.warning("open-files limit %s is below ACN_CONNECTION_LIMIT %s plus %s spare: raise `ulimit -n`",
                     soft, connections, SPARE_FILES)
     return soft
+
+
+class AddressCap:
+    """Count open connections per client address; refuse one past `cap` (never for an exempt address)."""
+
+    def __init__(self, cap: int, exempt: Callable[[str], bool]) -> None:
+        self.cap = cap
+        self.exempt = exempt
+        self.open: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def admit(self, address: str) -> bool:
+        """Count a new connection from `address`; False (and not counted) when the address has its cap."""
+        with self._lock:
+            if self.open[address] >= self.cap:
+                return False
+            self.open[address] += 1
+            return True
+
+    def release(self, address: str) -> None:
+        """Forget one of the address's connections."""
+        with self._lock:
+            self.open[address] -= 1
+            if self.open[address] <= 0:
+                del self.open[address]
+
+    def channel_class(self) -> type[HTTPChannel]:
+        """Return waitress's connection class, counting by this cap."""
+        cap = self
+
+        class CappedChannel(HTTPChannel):  # type: ignore[misc]
+            counted = ""
+
+            def __init__(self, server: Any, sock: socket.socket, addr: Any, adj: Any, map: Any = None) -> None:
+                super().__init__(server, sock, addr, adj, map)
+                address = str(addr[0]) if isinstance(addr, tuple) and addr else ""
+                if not address or cap.exempt(address):
+                    return
+                if cap.admit(address):
+                    self.counted = address
+                    return
+                try:
+                    sock.send(REFUSAL)  # non-blocking; a full buffer just loses the courtesy
+                except OSError:
+                    pass
+                self.handle_close()
+
+            def del_channel(self, map: Any = None) -> None:
+                super().del_channel(map)
+                if self.counted:
+                    address, self.counted = self.counted, ""
+                    cap.release(address)
+
+        return CappedChannel
+
+
+def install_address_cap(server_map: dict[int, Any], cap: AddressCap) -> None:
+    """Make every waitress server in `server_map` (create_server's map) count its connections by `cap`."""
+    for dispatcher in list(server_map.values()):
+        if isinstance(dispatcher, BaseWSGIServer):
+            dispatcher.channel_class = cap.channel_class()

@@ -491,6 +491,14 @@ class Settings(StrictModel):
             "server raises its open-files limit towards this at start."
         ),
     )
+    connections_per_address: int = Field(
+        default=256, ge=0, le=100_000,
+        description=(
+            "Connections `python server.py` keeps open at once from one client address; one more is answered 429 "
+            "and closed. Addresses in `ACN_TRUSTED_PROXIES` are exempt (every client behind a proxy shares its "
+            "address; nginx caps per client itself). `0`: no cap."
+        ),
+    )
     channel_timeout_seconds: int = Field(
         default=60, ge=1, le=3600,
         description=(
