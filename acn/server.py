@@ -38,7 +38,7 @@ from acn.app.openapi import build_admin_openapi, build_manifest, build_openapi
 from acn.app.proxies import TrustedProxyFix, is_trusted, parse_trusted_proxies
 from acn.app.responses import error_response, ok_response, validate
 from acn.app.runtime import Runtime
-from acn.app.serving import AddressCap, install_address_cap, raise_open_files, waitress_options
+from acn.app.serving import AddressCap, install_channel_class, raise_open_files, waitress_options
 from acn.app.statuses import http_status, retry_after
 from acn.app.tenant_share import TenantShare, share_of
 from acn.common.auth import parse_api_keys
@@ -344,15 +344,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent-context-nodes: cannot start: {error.message}", file=sys.stderr)
         raise SystemExit(2) from None
     runtime: Runtime = app.extensions["acn"]
+    raise_open_files(settings.connection_limit)
     try:
-        raise_open_files(settings.connection_limit)
         server_map: dict[int, Any] = {}
         server = create_server(app, map=server_map, host=args.host, port=args.port,
                                **waitress_options(settings, settings.max_body_bytes * BODY_BUFFER_FACTOR))
-        if settings.connections_per_address:
-            proxies = parse_trusted_proxies(settings.trusted_proxies)
-            install_address_cap(server_map, AddressCap(settings.connections_per_address,
-                                                       lambda address: is_trusted(address, proxies)))
+        proxies = parse_trusted_proxies(settings.trusted_proxies)
+        cap = AddressCap(settings.connections_per_address, lambda address: is_trusted(address, proxies)) \
+            if settings.connections_per_address else None
+        install_channel_class(server_map, cap)
     except OSError as error:  # the port is taken or the address is not this machine's
         runtime.close()
         print(f"agent-context-nodes: cannot start: cannot listen on {args.host}:{args.port}: "

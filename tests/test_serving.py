@@ -35,8 +35,10 @@ UNREAD_CONNECTIONS = 8
 BIG_ROWS = 1000
 # 24 KB of UTF-8 per row, in meta (not tokenized, so the import takes seconds): 1,000 rows were a 24 MB answer.
 PAD = "记" * 8000
+CHANNEL_TIMEOUT = 5  # python server.py here: a connection idle this long is closed, an unread answer with it
 ENV = {"ACN_API_KEYS": f"{KEY_A}:alpha,{KEY_B}:beta", "ACN_THREADS": str(THREADS),
-       "ACN_TRUSTED_PROXIES": "127.0.0.1", "ACN_MAX_BODY_BYTES": "30000000", "ACN_LOG_LEVEL": "WARNING"}
+       "ACN_TRUSTED_PROXIES": "127.0.0.1", "ACN_MAX_BODY_BYTES": "30000000", "ACN_LOG_LEVEL": "WARNING",
+       "ACN_CHANNEL_TIMEOUT_SECONDS": str(CHANNEL_TIMEOUT)}
 
 
 def big_rows(count: int = BIG_ROWS) -> bytes:
@@ -79,7 +81,8 @@ def assert_served(stack: Stack) -> None:
 def refused(sockets: list[socket.socket], expected: int) -> int:
     """Return how many of `sockets` the server answered 429 and closed, waiting (bounded) until `expected` are.
 
-    A refused connection whose head arrived before the close may be reset rather than read: that counts too.
+    A refused connection whose head arrived before the close may be reset rather than read: that counts too; one
+    closed quietly (end of file) is one the server kept and later closed as idle, and does not.
     """
     found: set[socket.socket] = set()
     deadline = time.monotonic() + DEADLINE
@@ -94,8 +97,8 @@ def refused(sockets: list[socket.socket], expected: int) -> int:
                 try:
                     answer = sock.recv(4096, socket.MSG_PEEK)
                 except ConnectionResetError:
-                    answer = b""
-                if answer.startswith(b"HTTP/1.1 429 ") or answer == b"":
+                    answer = b"reset"
+                if answer.startswith((b"HTTP/1.1 429 ", b"reset")):
                     found.add(sock)
     return len(found)
 
@@ -159,6 +162,18 @@ def test_answers_never_read_cost_a_buffer_not_the_server(stack: Stack) -> None:
             sock.connect(("127.0.0.1", stack.port))
             sock.sendall(request * 2)
         assert_served(stack)
+        assert established(stack.port) >= UNREAD_CONNECTIONS
+        if stack.processes:  # python server.py: the unread answers are dropped with their idle connections
+            deadline = time.monotonic() + 6 * CHANNEL_TIMEOUT
+            while established(stack.port) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert established(stack.port) == 0
+
+
+def established(port: int) -> int:
+    """Return how many connections to `port` are open on the server's side (/proc/net/tcp: local port, state 01)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[1].endswith(f":{port:04X}") and row.split()[3] == "01")
 
 
 # -- in process ---------------------------------------------------------------------------

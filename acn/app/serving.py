@@ -6,7 +6,9 @@ answer is written into that buffer. What it needs from us:
 - `connection_limit`: its default of 100 let 100 half-sent request heads take every connection;
 - poll() instead of select(): select() cannot watch a socket numbered above 1023, so more connections need it;
 - `channel_timeout`: a connection with nothing sent or received for that long is closed, the answer a client
-  never reads with it;
+  never reads with it. waitress marks such a connection but closes it only once it can write to it, which a
+  client that reads nothing never lets it do: the connection and its buffered answer stayed for ever. Our
+  connection class (channel_class) closes it at once;
 - a cap per client address (AddressCap, ours: waitress has none), so that one address cannot take every
   connection; trusted proxies are exempt, since every client behind one shares its address;
 - no clearing of proxy headers: waitress believes X-Forwarded-* from one exact address at most, and by default
@@ -90,38 +92,49 @@ class AddressCap:
             if self.open[address] <= 0:
                 del self.open[address]
 
-    def channel_class(self) -> type[HTTPChannel]:
-        """Return waitress's connection class, counting by this cap."""
-        cap = self
 
-        class CappedChannel(HTTPChannel):  # type: ignore[misc]
-            counted = ""
 
-            def __init__(self, server: Any, sock: socket.socket, addr: Any, adj: Any, map: Any = None) -> None:
-                super().__init__(server, sock, addr, adj, map)
-                address = str(addr[0]) if isinstance(addr, tuple) and addr else ""
-                if not address or cap.exempt(address):
-                    return
-                if cap.admit(address):
-                    self.counted = address
-                    return
-                try:
-                    sock.send(REFUSAL)  # non-blocking; a full buffer just loses the courtesy
-                except OSError:
-                    pass
+def channel_class(cap: AddressCap | None) -> type[HTTPChannel]:
+    """Return waitress's connection class that counts connections by `cap` (if any) and drops stuck answers."""
+
+    class Channel(HTTPChannel):  # type: ignore[misc]
+        counted = ""
+
+        def __init__(self, server: Any, sock: socket.socket, addr: Any, adj: Any, map: Any = None) -> None:
+            super().__init__(server, sock, addr, adj, map)
+            address = str(addr[0]) if isinstance(addr, tuple) and addr else ""
+            if cap is None or not address or cap.exempt(address):
+                return
+            if cap.admit(address):
+                self.counted = address
+                return
+            try:
+                sock.send(REFUSAL)  # non-blocking; a full buffer just loses the courtesy
+            except OSError:
+                pass
+            self.handle_close()
+
+        def readable(self) -> bool:
+            # Asked on the event loop, for every connection, at every turn. A connection marked to close (idle past
+            # channel_timeout, or a failed send) with output still waiting and no request running is one whose
+            # client reads nothing: waitress would close it only once it could write, which is never.
+            if self.will_close and self.total_outbufs_len and not self.requests:
                 self.handle_close()
+                return False
+            return bool(super().readable())
 
-            def del_channel(self, map: Any = None) -> None:
-                super().del_channel(map)
-                if self.counted:
-                    address, self.counted = self.counted, ""
+        def del_channel(self, map: Any = None) -> None:
+            super().del_channel(map)
+            if self.counted:
+                address, self.counted = self.counted, ""
+                if cap is not None:
                     cap.release(address)
 
-        return CappedChannel
+    return Channel
 
 
-def install_address_cap(server_map: dict[int, Any], cap: AddressCap) -> None:
-    """Make every waitress server in `server_map` (create_server's map) count its connections by `cap`."""
+def install_channel_class(server_map: dict[int, Any], cap: AddressCap | None) -> None:
+    """Make every waitress server in `server_map` (create_server's map) use channel_class(cap)."""
     for dispatcher in list(server_map.values()):
         if isinstance(dispatcher, BaseWSGIServer):
-            dispatcher.channel_class = cap.channel_class()
+            dispatcher.channel_class = channel_class(cap)
