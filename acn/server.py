@@ -344,11 +344,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent-context-nodes: cannot start: {error.message}", file=sys.stderr)
         raise SystemExit(2) from None
     runtime: Runtime = app.extensions["acn"]
-    raise_open_files(settings.connection_limit)
+    connections = raise_open_files(settings.connection_limit)
     try:
         server_map: dict[int, Any] = {}
         server = create_server(app, map=server_map, host=args.host, port=args.port,
-                               **waitress_options(settings, settings.max_body_bytes * BODY_BUFFER_FACTOR))
+                               **waitress_options(settings, settings.max_body_bytes * BODY_BUFFER_FACTOR, connections))
         proxies = parse_trusted_proxies(settings.trusted_proxies)
         cap = AddressCap(settings.connections_per_address, lambda address: is_trusted(address, proxies)) \
             if settings.connections_per_address else None

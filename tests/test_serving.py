@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
+from acn.app import serving
 from acn.app.proxies import TrustedProxyFix, parse_trusted_proxies
 from acn.nodes.memory_admin import PAGE_BYTES
 from acn.server import create_app
@@ -235,3 +236,12 @@ def test_forwarded_headers_of_an_untrusted_peer_never_reach_the_app() -> None:
     seen.clear()
     fix({"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "1.2.3.4", "HTTP_HOST": "a"}, None)
     assert seen["REMOTE_ADDR"] == "1.2.3.4"
+
+
+def test_python_server_keeps_no_more_connections_than_it_has_files_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    limits = {"soft": 1024, "hard": 1024}
+    monkeypatch.setattr(serving.resource, "getrlimit", lambda _kind: (limits["soft"], limits["hard"]))
+    monkeypatch.setattr(serving.resource, "setrlimit", lambda _kind, pair: limits.update(soft=pair[0]))
+    assert serving.raise_open_files(4000) == 1024 - serving.SPARE_FILES  # not 4,000: accept() would fail on every turn
+    limits.update(soft=1024, hard=20000)
+    assert serving.raise_open_files(4000) == 4000 and limits["soft"] == 4000 + serving.SPARE_FILES

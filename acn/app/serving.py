@@ -39,13 +39,13 @@ REFUSAL = (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nContent-Type: t
            b"Content-Length: 43\r\nConnection: close\r\n\r\ntoo many connections from this address (429)")
 
 
-def waitress_options(settings: Settings, body_limit: int) -> dict[str, Any]:
-    """Return create_server's keyword arguments for these settings."""
+def waitress_options(settings: Settings, body_limit: int, connections: int) -> dict[str, Any]:
+    """Return create_server's keyword arguments for these settings, at most `connections` connections."""
     return {
         "threads": settings.threads,
         "ident": "agent-context-nodes",
         "max_request_body_size": body_limit,
-        "connection_limit": settings.connection_limit,
+        "connection_limit": connections,
         "channel_timeout": settings.channel_timeout_seconds,
         "cleanup_interval": min(30, settings.channel_timeout_seconds),
         "asyncore_use_poll": True,
@@ -54,7 +54,8 @@ def waitress_options(settings: Settings, body_limit: int) -> dict[str, Any]:
 
 
 def raise_open_files(connections: int) -> int:
-    """Raise the soft open-files limit towards `connections` plus spares (up to the hard limit); return it."""
+    """Raise the soft open-files limit towards `connections` plus spares (up to the hard limit); return how many
+    connections it then allows (past that, accept() would fail on every turn of the event loop)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = connections + SPARE_FILES
     if hard != resource.RLIM_INFINITY:
@@ -63,9 +64,10 @@ def raise_open_files(connections: int) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         soft = wanted
     if soft < connections + SPARE_FILES:
-        log.warning("open-files limit %s is below ACN_CONNECTION_LIMIT %s plus %s spare: raise `ulimit -n`",
-                    soft, connections, SPARE_FILES)
-    return soft
+        log.warning("open-files limit %s is below ACN_CONNECTION_LIMIT %s plus %s spare: %s connections at most; "
+                    "raise `ulimit -n`", soft, connections, SPARE_FILES, max(10, soft - SPARE_FILES))
+        return max(10, soft - SPARE_FILES)
+    return connections
 
 
 class AddressCap:
