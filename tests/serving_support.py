@@ -83,8 +83,8 @@ def nginx_binary() -> str:
 def nginx_config(folder: Path, upstream_port: int, port: int) -> Path:
     """Write the shipped site file (upstream and listen rewritten to loopback) and a main file including it."""
     site = SITE.read_text(encoding="utf-8")
-    assert site.count("server agent-context-nodes:8000 ") == 1 and site.count("listen 8000;") == 1
-    site = site.replace("server agent-context-nodes:8000 ", f"server 127.0.0.1:{upstream_port} ")
+    assert site.count("server acn-replicas:8000 ") == 1 and site.count("listen 8000;") == 1
+    site = site.replace("server acn-replicas:8000 ", f"server 127.0.0.1:{upstream_port} ")
     site = site.replace("listen 8000;", f"listen 127.0.0.1:{port};")
     (folder / "site.conf").write_text(site, encoding="utf-8")
     temp = {name: folder / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
