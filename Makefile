@@ -1,11 +1,12 @@
 # Two commands: `make run` (set up and start the server) and `make test` (set up and run every test).
-# Prerequisites: Python >= 3.11 and make. Optional: Python 3.12 (the Dify tests) and Chromium (the /ui browser
-# tests); without them `make test` skips those tests and says why, except under CI=true, where they are required.
+# Prerequisites: Python >= 3.11 and make. Optional: Python 3.12 (the Dify tests), Chromium (the /ui browser
+# tests), redis-server and nginx (installed by root with apt-get); without them `make test` skips those tests and
+# says why, except under CI=true, where they are required.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test test-engine schemas bench clean browser acn redis
+.PHONY: run test test-engine schemas bench clean browser acn redis nginx
 
 # `make run` needs the runtime dependencies only (~150 MB); `make test` adds the test extras (Playwright,
 # schemathesis, gunicorn, the USE embedder ...). An environment `make test` built already serves `make run`.
@@ -87,6 +88,21 @@ redis:
 		echo "note: redis-server is missing and this is not root with apt-get: the multi-process tests will be SKIPPED." >&2; \
 	fi
 
+# The serving tests (tests/test_serving.py) start Debian's nginx on loopback with deploy/nginx.conf in front of gunicorn.
+# Root with apt-get installs it (a service the package started is stopped); CI=true without it fails; elsewhere those tests skip.
+nginx:
+	@if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then \
+		exit 0; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx && \
+		{ nginx -s quit 2>/dev/null || true; }; \
+	elif [ "$$CI" = "true" ]; then \
+		echo "error: nginx is missing (CI=true needs it): apt-get install nginx as root" >&2; \
+		exit 1; \
+	else \
+		echo "note: nginx is missing and this is not root with apt-get: the nginx serving tests will be SKIPPED." >&2; \
+	fi
+
 # The store and node tests again on the C++ Milvus Lite 2.5.1 (embedded, the closest engine to a Milvus 2.5 server
 # that runs here), in its own environment, with the in-process index off (TEST_ENGINE, tests/conftest.py).
 VENV_ENGINE ?= .venv-engine
@@ -105,7 +121,7 @@ test-engine: $(VENV_ENGINE)/.installed
 	TEST_ENGINE=cpp-lite $(PY_ENGINE) -m pytest -p no:cacheprovider \
 		-W "ignore:pkg_resources is deprecated:UserWarning" $(ENGINE_TESTS)
 
-test: $(VENV)/.installed $(VENV312)/.installed browser redis
+test: $(VENV)/.installed $(VENV312)/.installed browser redis nginx
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest

@@ -36,10 +36,12 @@ from acn.app.json_body import read_json_body
 from acn.app.key_guard import KeyGuard, open_key_guard
 from acn.app.mcp_route import register_mcp
 from acn.app.openapi import build_admin_openapi, build_manifest, build_openapi
-from acn.app.proxies import TrustedProxyFix, parse_trusted_proxies
+from acn.app.proxies import TrustedProxyFix, is_trusted, parse_trusted_proxies
 from acn.app.responses import error_response, ok_response, validate
 from acn.app.runtime import Runtime
+from acn.app.serving import AddressCap, install_channel_class, raise_open_files, waitress_options
 from acn.app.statuses import http_status, retry_after
+from acn.app.tenant_share import TenantShare, share_of
 from acn.common.auth import parse_api_keys
 from acn.common.errors import PackError, SignInThrottledError, UnauthorizedError, UnknownNodeError
 from acn.common.logs import configure_logging
@@ -103,7 +105,11 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["acn_ui_auth"] = UiAuth.from_settings(settings, keys, guard)
     policy = build_policy(settings.allowed_hosts, settings.cors_origins, settings.host, bool(keys), FORM_PREFIXES)
     app.extensions["acn_guard"] = policy
-    _register_hooks(app, keys, policy, guard)
+    # Where keys name two tenants or more, one holds at most its share of the request threads (a lone tenant has
+    # nobody to share them with: it may use them all).
+    share = TenantShare(share_of(settings.threads, settings.tenant_threads)) if len(set(keys.values())) > 1 else None
+    app.extensions["acn_tenant_share"] = share
+    _register_hooks(app, keys, policy, guard, share)
     _register_errors(app)
     _register_node_routes(app, runtime, nodes)
     _register_admin_routes(app, runtime)
@@ -118,7 +124,8 @@ def create_app(settings: Settings | None = None) -> Flask:
 # -- request lifecycle ---------------------------------------------------------------------
 
 
-def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy, guard: KeyGuard) -> None:
+def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy, guard: KeyGuard,
+                    share: TenantShare | None) -> None:
     ui_auth: UiAuth = app.extensions["acn_ui_auth"]
     # /healthz and /metrics check keys themselves (a bare health answer, a metrics token).
     open_paths = {"/healthz", "/readyz", "/openapi.json", "/openapi-admin.json", "/v1/manifest", "/metrics"}
@@ -139,6 +146,8 @@ def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy, guard
             g.tenant = ui_auth.tenant(request)
         else:
             g.tenant = guard.authenticate(request.headers.get("Authorization"), keys, client_address(), "api_key")
+        if share is not None and g.tenant:
+            g.release_share = share.acquire(g.tenant)
         return None
 
     @app.after_request
@@ -153,6 +162,14 @@ def _register_hooks(app: Flask, keys: dict[str, str], policy: GuardPolicy, guard
         log.info("request", extra={"method": request.method, "path": request.path,
                                    "status": response.status_code, "request_id": g.get("request_id", "")})
         return response
+
+    @app.teardown_request
+    def _release(_error: BaseException | None) -> None:
+        # The tenant's slot covers the app's work; sending the answer never holds a thread for long, since every
+        # answer fits the server's buffer (pages are bounded in bytes: acn/nodes/memory_admin.py) or the proxy's.
+        release = g.pop("release_share", None)
+        if release is not None:
+            release()
 
 
 def _register_errors(app: Flask) -> None:
@@ -310,7 +327,9 @@ def main(argv: list[str] | None = None) -> None:
     """Serve the app with waitress; SIGTERM/SIGINT flush and close the store.
 
     waitress, not Flask's development server: it keeps connections alive (Werkzeug closes every one) and runs a
-    fixed pool of request threads, so a workflow engine calling node after node pays for one connection.
+    fixed pool of request threads, so a workflow engine calling node after node pays for one connection. Its
+    event loop reads whole requests and buffers answers, so slow clients cost sockets, not threads
+    (acn/app/serving.py).
     """
     freeze_imports()
     try:
@@ -327,10 +346,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent-context-nodes: cannot start: {error.message}", file=sys.stderr)
         raise SystemExit(2) from None
     runtime: Runtime = app.extensions["acn"]
+    connections = raise_open_files(settings.connection_limit)
     try:
-        server = create_server(app, host=args.host, port=args.port, threads=settings.threads,
-                               ident="agent-context-nodes",
-                               max_request_body_size=settings.max_body_bytes * BODY_BUFFER_FACTOR)
+        server_map: dict[int, Any] = {}
+        server = create_server(app, map=server_map, host=args.host, port=args.port,
+                               **waitress_options(settings, settings.max_body_bytes * BODY_BUFFER_FACTOR, connections))
+        proxies = parse_trusted_proxies(settings.trusted_proxies)
+        cap = AddressCap(settings.connections_per_address, lambda address: is_trusted(address, proxies)) \
+            if settings.connections_per_address else None
+        install_channel_class(server_map, cap)
     except OSError as error:  # the port is taken or the address is not this machine's
         runtime.close()
         print(f"agent-context-nodes: cannot start: cannot listen on {args.host}:{args.port}: "

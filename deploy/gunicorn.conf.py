@@ -4,6 +4,10 @@ One worker process with threads. Two reasons: without ACN_REDIS_URL the session 
 writers to one session from losing an update lives in the process, and a Milvus Lite file admits one process.
 Scale with threads (ACN_THREADS), a Milvus server behind ACN_MILVUS_URI, and replicas sharing ACN_REDIS_URL; see
 docs/DEPLOYMENT.md.
+
+Always behind nginx (deploy/nginx.conf), never reachable by clients directly: a gthread thread reads its request's
+head and body and writes its answer itself, so 8 clients sending a byte every 20 s, or never reading, would hold
+all 8 threads. nginx buffers whole requests and answers, with deadlines (docs/DEPLOYMENT.md §1b).
 """
 
 import gc
@@ -21,6 +25,9 @@ threads = int(os.environ.get("ACN_THREADS", "8"))
 # record_turn may compact a long session; LLM compaction adds its provider timeout.
 timeout = 120
 graceful_timeout = 30
+# gunicorn's own use of X-Forwarded-Proto (wsgi.url_scheme) from the same proxies the app believes; nobody's
+# when ACN_TRUSTED_PROXIES is empty (gunicorn's default would be any local process's).
+forwarded_allow_ips = os.environ.get("ACN_TRUSTED_PROXIES", "")
 # Access logs add nothing to the server's own JSON request logs.
 accesslog = None
 

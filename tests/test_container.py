@@ -130,7 +130,9 @@ def test_one_name_reaches_the_server_from_dify_end_to_end() -> None:
     # The name Dify's containers use must be the alias on Dify's network, an allowed Host, the SSRF proxy's
     # allowed domain, the DSL files' ACN_BASE_URL and the plugin's placeholder.
     dify = yaml.safe_load(DIFY_COMPOSE.read_text(encoding="utf-8"))
-    aliases = dify["services"]["agent-context-nodes"]["networks"]["dify"]["aliases"]
+    # The proxy takes the name on Dify's network: Dify reaches the replicas through nginx (docs/DEPLOYMENT.md §1b).
+    assert set(dify["services"]) == {"proxy"}
+    aliases = dify["services"]["proxy"]["networks"]["dify"]["aliases"]
     assert aliases == ["agent-context-nodes"]
     assert dify["networks"]["dify"]["external"] is True
     name = aliases[0]

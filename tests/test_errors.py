@@ -166,7 +166,7 @@ CONTRACT = {
     "store_not_configured": 500, "provider_error": 502, "retry_later": 503, "store_unavailable": 503,
     "coordination_unavailable": 503, "session_busy": 503, "busy": 503, "llm_busy": 503, "provider_timeout": 504,
     "llm_url_not_allowed": 403, "llm_override_not_allowed": 403, "encryption_key_error": 500,
-    "sealed_field_filter": 500, "turn_ahead": 422, "too_many_requests": 429, "sign_in_throttled": 429,
+    "sealed_field_filter": 500, "turn_ahead": 422, "too_many_requests": 429, "sign_in_throttled": 429, "tenant_busy": 429,
 }
 
 

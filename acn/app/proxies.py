@@ -15,6 +15,8 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from acn.common.errors import ConfigurationError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# The WSGI names of X-Forwarded-* and Forwarded (RFC 7239).
+FORWARDED_PREFIXES = ("HTTP_X_FORWARDED_", "HTTP_FORWARDED")
 
 
 def parse_trusted_proxies(value: str) -> list[Network]:
@@ -40,7 +42,8 @@ def is_trusted(peer: str, networks: Iterable[Network]) -> bool:
 
 
 class TrustedProxyFix:
-    """Apply werkzeug's ProxyFix (one hop) to requests whose peer is a listed proxy; leave the rest untouched."""
+    """Apply werkzeug's ProxyFix (one hop) to requests whose peer is a listed proxy; from anyone else remove the
+    forwarded headers, so no later code can be misled by them (under waitress and gunicorn alike)."""
 
     def __init__(self, app: Callable[..., Any], networks: list[Network]) -> None:
         self.app = app
@@ -50,4 +53,6 @@ class TrustedProxyFix:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if self.networks and is_trusted(environ.get("REMOTE_ADDR", ""), self.networks):
             return self.fixed(environ, start_response)
+        for name in [name for name in environ if name.startswith(FORWARDED_PREFIXES)]:
+            del environ[name]
         return self.app(environ, start_response)

@@ -155,6 +155,12 @@ class SignInThrottledError(TooManyRequestsError):
     code = "sign_in_throttled"
 
 
+class TenantBusyError(TooManyRequestsError):
+    """The tenant already holds its share of the request threads (ACN_TENANT_THREADS): 429, retry in a second."""
+
+    code = "tenant_busy"
+
+
 class ProviderTimeoutError(PackError):
     code = "provider_timeout"
 

@@ -472,6 +472,40 @@ class Settings(StrictModel):
             "(`deploy/gunicorn.conf.py`)."
         ),
     )
+    tenant_threads: int = Field(
+        default=0, ge=0, le=256,
+        description=(
+            "Request threads one tenant (one API key's tenant) may hold at once, from the start of its request until "
+            "its answer is handed to the server; past it that tenant's next request is answered at once with 429 "
+            "`tenant_busy` and `Retry-After: 1`, so other tenants and `/healthz` keep the rest. `0`: half of "
+            "`ACN_THREADS` (at least 1). Counted only where `ACN_API_KEYS` names two tenants or more (a lone tenant "
+            "may use every thread); requests without a key (`/healthz`, the open documents) are not counted."
+        ),
+    )
+    connection_limit: int = Field(
+        default=4000, ge=10, le=100_000,
+        description=(
+            "Connections `python server.py` (waitress) keeps open at once; past it new ones wait in the kernel's "
+            "listen queue. A connection that sends its request slowly, or never reads its answer, costs a socket "
+            "and a buffer, not a request thread (a request reaches a thread only once it is wholly received). The "
+            "server raises its open-files limit towards this at start."
+        ),
+    )
+    connections_per_address: int = Field(
+        default=256, ge=0, le=100_000,
+        description=(
+            "Connections `python server.py` keeps open at once from one client address; one more is answered 429 "
+            "and closed. Addresses in `ACN_TRUSTED_PROXIES` are exempt (every client behind a proxy shares its "
+            "address; nginx caps per client itself). `0`: no cap."
+        ),
+    )
+    channel_timeout_seconds: int = Field(
+        default=60, ge=1, le=3600,
+        description=(
+            "`python server.py` closes a connection on which nothing was sent or received for this long: an idle "
+            "keep-alive connection, or a client that does not read its answer (the buffered answer is dropped)."
+        ),
+    )
     log_level: str = Field(
         default="INFO",
         description=(

@@ -30,6 +30,10 @@ from acn.services.deps import Deps
 from acn.storage.memory_rows import SCOPED_ID_CHARS
 
 PAGE_LIMIT = 1000
+# A page stops before this many bytes of memories (at least one memory): every answer then fits the server's output
+# buffer (waitress holds 16 MB before a request thread waits for the client) and nginx's, so a client that never
+# reads its answers costs a buffer, not a thread. 1,000 memories of ordinary length still fit one page.
+PAGE_BYTES = 2_000_000
 IMPORT_LIMIT = 1000
 
 
@@ -57,7 +61,9 @@ class MemoryListResponse(NodeResponse):
     memories: list[Memory]
     limit: int
     offset: int
-    next_offset: int | None = Field(description="Offset of the next page, or null at the end.")
+    next_offset: int | None = Field(
+        description="Offset of the next page, or null at the end. A page may hold fewer than `limit` memories "
+                    "before the end: it stops before 2 MB.")
 
 
 class MemoryGetResponse(NodeResponse):
@@ -123,9 +129,20 @@ def list_memories(request: MemoryListRequest, deps: Deps) -> MemoryListResponse:
     page = deps.memories.listing(deps.tenant, request.agent_id, request.session_id, request.user_id,
                                  include_superseded=request.include_superseded, kinds=request.kinds,
                                  scope=request.scope, limit=request.limit + 1, offset=request.offset)
-    more = len(page) > request.limit
-    return MemoryListResponse(memories=page[: request.limit], limit=request.limit, offset=request.offset,
-                              next_offset=request.offset + request.limit if more else None)
+    kept = within_bytes(page[: request.limit], PAGE_BYTES)
+    more = len(page) > len(kept)
+    return MemoryListResponse(memories=kept, limit=request.limit, offset=request.offset,
+                              next_offset=request.offset + len(kept) if more else None)
+
+
+def within_bytes(memories: list[Memory], budget: int) -> list[Memory]:
+    """Return the longest head of `memories` whose JSON fits `budget` bytes (the first one whatever its size)."""
+    total = 0
+    for count, memory in enumerate(memories):
+        total += len(memory.model_dump_json().encode())
+        if total > budget and count:
+            return memories[:count]
+    return memories
 
 
 def get_memory(memory_id: str, deps: Deps) -> MemoryGetResponse:
