@@ -6,6 +6,7 @@ date; at turn 40 the user gives a delivery phone number, asked for again at the 
 
 Run: .venv/bin/python -m bench.long_session [--turns 3000] [--embedder none|use] [--every 100] [--http]
      .venv/bin/python -m bench.long_session --concurrent 32 --turns 1000 --short 50
+     .venv/bin/python -m bench.long_session --compare ../before --compare-turns 800   # two servers, in turn
 Prints p50 / p95 of both calls per block of turns, RSS and the stored state's size. Not part of the test run.
 """
 
@@ -47,10 +48,11 @@ Post = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 @contextmanager
-def open_client(embedder: str, http: bool, folder: str) -> Iterator[Post]:
-    """Yield a post(path, body) -> json over the in-process app, or over HTTP to `python server.py`."""
-    if http:
-        yield from _http_client(embedder, folder)
+def open_client(embedder: str, http: bool, folder: str, checkout: Path | None = None) -> Iterator[Post]:
+    """Yield a post(path, body) -> json over the in-process app, or over HTTP to `python server.py` (of
+    `checkout`, another checkout of the project, when given)."""
+    if http or checkout is not None:
+        yield from _http_client(embedder, folder, checkout or Path.cwd())
         return
     from acn.common.settings import Settings
     from acn.server import create_app
@@ -68,7 +70,7 @@ def open_client(embedder: str, http: bool, folder: str) -> Iterator[Post]:
         app.extensions["acn"].close()
 
 
-def _http_client(embedder: str, folder: str) -> Iterator[Post]:
+def _http_client(embedder: str, folder: str, checkout: Path) -> Iterator[Post]:
     import os
     import subprocess
     import sys
@@ -80,7 +82,7 @@ def _http_client(embedder: str, folder: str) -> Iterator[Post]:
     port = free_port()
     env = {**os.environ, "ACN_MILVUS_URI": str(Path(folder) / "memory.db"), "ACN_EMBEDDER": embedder,
            "ACN_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], env=env)
+    process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], env=env, cwd=checkout)
     session = requests.Session()
     base = f"http://127.0.0.1:{port}"
     try:
@@ -160,6 +162,27 @@ def one_long(turns: int, embedder: str, every: int, http: bool) -> str:
     return "\n".join(lines)
 
 
+def compare(other: Path, other_turns: int, turns: int, embedder: str, every: int) -> str:
+    """Play the same chat on `python server.py` of this checkout and of `other` (e.g. main before a change), a
+    block of `every` turns each in turn, so both see the same machine; `other` stops at `other_turns`."""
+    lines = [f"### The same chat on two servers, `{embedder}`, HTTP, blocks of {every} turns taken in turn",
+             f"(before = {other}, to turn {other_turns}; after = this checkout)", "",
+             "| turns | assemble p50 / p95 ms, before | after | record_turn p50 / p95 ms, before | after |",
+             "|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as folder_a, tempfile.TemporaryDirectory() as folder_b, \
+            open_client(embedder, True, folder_a, other) as before, open_client(embedder, True, folder_b) as after:
+        rng_before, rng_after = random.Random(7), random.Random(7)
+        for start in range(1, turns + 1, every):
+            span = range(start, min(turns, start + every - 1) + 1)
+            old = play(before, "long", span, rng_before) if start <= other_turns else []
+            new = play(after, "long", span, rng_after)
+            cells = [p50_p95([t[i] for t in old]) if old else "–" for i in (1, 2)]
+            lines.append(f"| {span[0]}–{span[-1]} | {cells[0]} | {p50_p95([t[1] for t in new])} | {cells[1]} | "
+                         f"{p50_p95([t[2] for t in new])} |")
+            print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def serve_chats(post: Post, chats: int, turns: int) -> tuple[list[tuple[int, float, float]], float]:
     """Play `chats` chats of `turns` turns at once; return every turn's timings and the seconds it took."""
     started = time.perf_counter()
@@ -192,9 +215,13 @@ def main() -> None:
     parser.add_argument("--http", action="store_true", help="over HTTP to `python server.py` (default: in process)")
     parser.add_argument("--concurrent", type=int, default=0, help="this many chats at once over HTTP")
     parser.add_argument("--short", type=int, default=50, help="with --concurrent: the short chats' turns")
+    parser.add_argument("--compare", type=Path, help="another checkout (before a change): the same chat on both")
+    parser.add_argument("--compare-turns", type=int, default=800, help="with --compare: the other's last turn")
     parser.add_argument("--out", type=Path, help="append the table to this Markdown file")
     args = parser.parse_args()
-    if args.concurrent:
+    if args.compare:
+        table = compare(args.compare, args.compare_turns, args.turns, args.embedder, args.every)
+    elif args.concurrent:
         table = concurrent(args.concurrent, args.turns, args.short, args.embedder)
     else:
         table = one_long(args.turns, args.embedder, args.every, args.http)
