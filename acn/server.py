@@ -281,7 +281,8 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
         searching = runtime.memories.warming
         pending = (["store_search"] if searching is not None and searching.is_alive() else []) \
             + runtime.memories.heads.pending() + runtime.sessions.pending() \
-            + (warmer.pending() if warmer is not None else [])
+            + (warmer.pending() if warmer is not None else []) \
+            + (app.extensions["acn_mcp"].pending() if "acn_mcp" in app.extensions else [])
         response = as_json({"ok": not pending, "ready": not pending, "pending": pending,
                             "warming": warmer.progress() if warmer is not None else {},
                             "request_id": g.get("request_id", "")})
@@ -346,6 +347,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent-context-nodes: cannot start: {error.message}", file=sys.stderr)
         raise SystemExit(2) from None
     runtime: Runtime = app.extensions["acn"]
+    app.extensions["acn_mcp"].prepare_in_background()
     connections = raise_open_files(settings.connection_limit)
     try:
         server_map: dict[int, Any] = {}

@@ -40,6 +40,13 @@ def post_fork(server, worker):  # noqa: ARG001 - gunicorn's hook signature
     importlib.import_module("acn.server").freeze_imports()
 
 
+def post_worker_init(worker):
+    """Load the MCP SDK and build its tools off the request path (acn/app/mcp_route.py; /readyz waits for it)."""
+    endpoint = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("acn_mcp")
+    if endpoint is not None:
+        endpoint.prepare_in_background()
+
+
 def worker_exit(server, worker):  # noqa: ARG001 - gunicorn's hook signature
     """Flush and close the store when the worker stops (SIGTERM, SIGINT or a restart)."""
     app = getattr(worker, "wsgi", None)

@@ -333,3 +333,18 @@ def test_the_schema_rewrites_keep_what_validates_and_leave_data_alone() -> None:
               "$ref": "#/$defs/Node"}
     with pytest.raises(ValueError, match="recursive"):
         inline_refs(looped, looped["$defs"])
+
+
+def test_a_started_server_builds_the_tools_before_it_says_ready(fresh_app: Any) -> None:
+    """`python server.py` and gunicorn's worker start prepare the tools on a thread: /readyz names mcp_tools until
+    they are built, so the first /mcp call does not pay the SDK's import (issue 47: a first call costs what a second
+    does)."""
+    endpoint = fresh_app.extensions["acn_mcp"]
+    assert endpoint.pending() == []  # built lazily when nothing prepared it
+    endpoint.prepare_in_background()
+    preparing = endpoint._preparing
+    assert preparing is not None
+    preparing.join(60)
+    assert endpoint.pending() == [] and endpoint._toolbox is not None
+    ready = fresh_app.test_client().get("/readyz").get_json()
+    assert "mcp_tools" not in ready["pending"]

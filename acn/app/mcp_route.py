@@ -9,8 +9,10 @@ and the request is counted and logged like any other (`acn_requests{route="/mcp"
 `acn_mcp_tool_calls{tool, outcome}` per tools/call). It runs the same under waitress and gunicorn: nothing here
 depends on how the WSGI app is served.
 
-The SDK (~0.6 s of imports) is loaded by the first /mcp request, not at start-up: a server nobody reaches over
-MCP does not pay for it.
+The SDK (~0.6 s of imports, 1.5 s on a busy machine) is loaded on a background thread once the server starts
+(`prepare_in_background`, from `python server.py` and gunicorn's worker start), and /readyz says `mcp_tools` until it
+is: the first /mcp call costs what a later one does (issue 47). An app built without serving (tests, create_app
+alone) loads it at its first /mcp request.
 """
 
 from __future__ import annotations
@@ -42,6 +44,16 @@ class McpEndpoint:
         self.max_body_bytes = max_body_bytes
         self._lock = threading.Lock()
         self._toolbox: Toolbox | None = None
+        self._preparing: threading.Thread | None = None
+
+    def prepare_in_background(self) -> None:
+        """Import the SDK and build the tools on a daemon thread (the first request would otherwise pay for it)."""
+        self._preparing = threading.Thread(target=self.toolbox, name="acn-mcp-tools", daemon=True)
+        self._preparing.start()
+
+    def pending(self) -> list[str]:
+        """Return ["mcp_tools"] while the background preparation runs (for /readyz)."""
+        return ["mcp_tools"] if self._preparing is not None and self._preparing.is_alive() else []
 
     def toolbox(self) -> Toolbox:
         """Return the tools, importing the SDK and building them the first time."""
