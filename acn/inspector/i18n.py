@@ -293,6 +293,10 @@ ZH: dict[str, str] = {
 
 LABELS = {"en": EN, "zh": ZH}
 KIND_LABELS = {"en": KIND_LABELS_EN, "zh": KIND_LABELS_ZH}
+# Who reads a memory (its scope): this conversation, every conversation of its user, the agent, every agent.
+SCOPE_LABELS = {"en": {"session": "this conversation", "user": "user · every conversation", "agent": "agent",
+                       "shared": "shared"},
+                "zh": {"session": "本会话", "user": "用户 · 跨会话", "agent": "智能体", "shared": "共享"}}
 
 
 def pick_language(requested: str | None, cookie: str | None, accept: list[str]) -> str:

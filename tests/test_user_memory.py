@@ -1,0 +1,165 @@
+"""A returning user is remembered (issue 48): what a user states about themselves follows them into their next
+conversation of the same agent; what belongs to one conversation stays in it; nobody else sees it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from acn.common.models import Message
+from acn.memory.durable import extracted_for
+from acn.server import create_app
+from tests.conftest import make_settings, post
+
+C1 = ["你好", "我的收货电话改成 13912345678，地址是杭州市西湖区文三路398号", "另外我对花生过敏，推荐零食时别推含花生的",
+      "我是老客户，不想要新品推荐", "我的订单 A20250101 还没发货，帮我催一下"]
+KEYS = "key-alpha-123-0123456789:alpha,key-beta-456-0123456789:beta"
+ALPHA = {"Authorization": "Bearer key-alpha-123-0123456789"}
+BETA = {"Authorization": "Bearer key-beta-456-0123456789"}
+
+
+def user_ns(session: str, user: str = "u-42", agent: str = "kefu") -> dict[str, str]:
+    return {"agent_id": agent, "session_id": session, "user_id": user}
+
+
+def say(client: FlaskClient, ns: dict[str, str], text: str, **extra: Any) -> list[dict[str, Any]]:
+    """Record one user turn (and a short reply); return the memories it wrote."""
+    response = post(client, "record_turn", {**ns, "messages": [{"role": "user", "content": text},
+                                                                {"role": "assistant", "content": "好的"}], **extra})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return list(response.get_json()["memories"])
+
+
+def memory_text(client: FlaskClient, ns: dict[str, str], user_input: str, max_tokens: int = 300,
+                **headers: str) -> str:
+    body = post(client, "assemble", {**ns, "mode": "focused", "max_tokens": max_tokens, "user_input": user_input,
+                                     "messages": []},
+                headers=headers).get_json()
+    return str(body["memory_text"])
+
+
+def scopes(client: FlaskClient, agent: str, **extra: str) -> dict[str, str]:
+    listing = client.get("/v1/memories", query_string={"agent_id": agent, "include_superseded": "true",
+                                                        **extra}).get_json()
+    return {m["content"]: m["scope"] for m in listing["memories"] if m["kind"] != "turn"}
+
+
+@pytest.fixture()
+def kefu() -> str:
+    return f"kefu-{uuid.uuid4().hex[:8]}"
+
+
+def test_the_issue_three_questions_are_answered_in_a_new_conversation(client: FlaskClient, kefu: str) -> None:
+    for text in C1:
+        say(client, user_ns("c-1", agent=kefu), text)
+    assert scopes(client, kefu) == {
+        "我的收货电话改成 13912345678": "user", "地址是杭州市西湖区文三路398号": "user",
+        "另外我对花生过敏，推荐零食时别推含花生的": "user", "我是老客户，不想要新品推荐": "user",
+        "我的订单 A20250101 还没发货，帮我催一下": "session"}
+    c2 = user_ns("c-2", agent=kefu)
+    assert "13912345678" in memory_text(client, c2, "我的收货电话是多少？")
+    assert "花生过敏" in memory_text(client, c2, "给我推荐点零食吧")
+    assert "不想要新品推荐" in memory_text(client, c2, "有什么新品推荐吗？")
+    # This conversation's order stays in c-1.
+    assert "A20250101" not in memory_text(client, c2, "我的订单发货了吗？")
+    assert "A20250101" in memory_text(client, user_ns("c-1", agent=kefu), "我的订单发货了吗？")
+
+
+def test_nobody_else_sees_the_users_memories(client: FlaskClient, kefu: str) -> None:
+    for text in C1[1:4]:
+        say(client, user_ns("c-1", agent=kefu), text)
+    for ns in (user_ns("c-2", user="u-7", agent=kefu), {"agent_id": kefu, "session_id": "c-3"},
+               user_ns("c-2", agent=f"{kefu}-other")):
+        for question in ("我的收货电话是多少？", "给我推荐点零食吧", "有什么新品推荐吗？"):
+            assert memory_text(client, ns, question, max_tokens=1000) == ""
+
+
+def test_a_changed_phone_supersedes_across_conversations_history_kept(client: FlaskClient, kefu: str) -> None:
+    say(client, user_ns("c-1", agent=kefu), "我的电话是 13912345678")
+    for n in range(2, 5):
+        say(client, user_ns(f"c-{n}", agent=kefu), "帮我看看有什么新品")
+    written = say(client, user_ns("c-5", agent=kefu), "我的手机号换成 13800001111 了")
+    assert [(m["kind"], m["action"], m["version"]) for m in written] == [("identity", "superseded", 2)]
+    c6 = user_ns("c-6", agent=kefu)
+    text = memory_text(client, c6, "我的电话是多少？")
+    assert "13800001111" in text and "13912345678" not in text
+    memory = client.get(f"/v1/memories/{written[0]['id']}").get_json()["memory"]
+    assert memory["key"] == "phone" and memory["session_id"] == "c-5"
+    assert [h["content"] for h in memory["history"]] == ["我的电话是 13912345678"]
+    old = client.get(f"/v1/memories/{written[0]['superseded_ids'][0]}").get_json()["memory"]
+    assert old["session_id"] == "c-1" and old["superseded_by"] == written[0]["id"] and old["valid_to"]
+
+
+def test_the_rule_is_a_setting_and_a_per_request_choice(tmp_path: Path, kefu: str) -> None:
+    app = create_app(make_settings(tmp_path, user_memory="off"))
+    try:
+        client = app.test_client()
+        say(client, user_ns("c-1", agent=kefu), "我不能吃花生")
+        say(client, user_ns("c-1", agent=kefu), "我是老客户", user_memory="profile")
+        say(client, user_ns("c-1", agent=kefu), "订单 A123 明天发货", user_memory="all")
+        assert scopes(client, kefu) == {"我不能吃花生": "session", "我是老客户": "user",
+                                        "订单 A123 明天发货": "user"}
+        post(client, "memory_write", {**user_ns("c-2", agent=kefu), "extract": True, "user_memory": "profile",
+                                      "messages": [{"role": "user", "content": "我的邮箱是 a@example.com"}]})
+        assert scopes(client, kefu)["我的邮箱是 a@example.com"] == "user"
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_without_a_user_id_every_extracted_memory_stays_in_its_conversation(client: FlaskClient,
+                                                                             kefu: str) -> None:
+    for text in C1:
+        say(client, {"agent_id": kefu, "session_id": "c-1"}, text)
+    assert set(scopes(client, kefu).values()) == {"session"}
+
+
+@pytest.mark.parametrize(("text", "role", "expected"), [
+    ("我叫张三", "user", [("identity", "user", "name")]),
+    ("我是老客户，不想要新品推荐", "user", [("identity", "user", None)]),
+    ("我喜欢喝无糖的饮料", "user", [("preference", "user", None)]),
+    ("以后晚上别给我打电话", "user", [("constraint", "user", None)]),
+    ("我对芒果也过敏", "user", [("constraint", "user", None)]),
+    ("我住在上海市浦东新区张江路88号", "user", [("identity", "user", "address")]),
+    ("我的电话是多少？", "user", []),
+    ("把服务器地址改成 10.0.0.1", "user", [("decision", "session", "服务器地址")]),
+    ("发票抬头改成杭州某某科技有限公司", "user", [("identity", "user", "invoice_title")]),
+    ("代码必须用Python写", "user", [("constraint", "session", "代码")]),
+    ("这次的订单必须周五前送到", "user", [("constraint", "session", "订单")]),
+    ("超时时间设为30秒", "user", [("decision", "session", "超时")]),
+    ("已为您将收货电话改为 13912345678", "assistant", [("decision", "session", "收货电话")]),
+    ("记得下周提醒我续费", "user", [("todo", "session", None)]),
+    ("My name is Alice and I am allergic to nuts", "user", [("identity", "user", None)]),
+    ("Please never call my phone, email me instead", "user", [("constraint", "user", None)]),
+])
+def test_the_durable_rule(text: str, role: str, expected: list[tuple[str, str, str | None]]) -> None:
+    items = extracted_for([Message(role=role, content=text, turn=1)], "u-1", "profile")  # type: ignore[arg-type]
+    assert [(i.kind, i.scope, i.key) for i in items] == expected
+
+
+def test_the_inspector_shows_each_memorys_scope(client: FlaskClient, kefu: str) -> None:
+    say(client, user_ns("c-1", agent=kefu), "我是老客户")
+    say(client, user_ns("c-1", agent=kefu), "我的订单 A1 还没到")
+    page = client.get(f"/ui/agents/{kefu}/sessions/c-1").get_data(as_text=True)
+    assert "scope-user" in page and "scope-session" in page
+
+
+@pytest.fixture()
+def keyed_app(tmp_path: Path) -> Iterator[Flask]:
+    app = create_app(make_settings(tmp_path, api_keys=KEYS))
+    yield app
+    app.extensions["acn"].close()
+
+
+def test_another_tenant_sees_none_of_it(keyed_app: Flask) -> None:
+    client = keyed_app.test_client()
+    for text in C1[1:4]:
+        post(client, "record_turn", {**user_ns("c-1"), "messages": [{"role": "user", "content": text}]},
+             headers=ALPHA)
+    assert "13912345678" in memory_text(client, user_ns("c-2"), "我的收货电话是多少？", **ALPHA)
+    assert memory_text(client, user_ns("c-2"), "我的收货电话是多少？", max_tokens=1000, **BETA) == ""
