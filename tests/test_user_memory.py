@@ -3,19 +3,22 @@ conversation of the same agent; what belongs to one conversation stays in it; no
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
 from acn.common.models import Message
 from acn.memory.durable import extracted_for
 from acn.server import create_app
-from tests.conftest import make_settings, post
+from tests.conftest import ROOT, make_settings, post, serving
 
 C1 = ["你好", "我的收货电话改成 13912345678，地址是杭州市西湖区文三路398号", "另外我对花生过敏，推荐零食时别推含花生的",
       "我是老客户，不想要新品推荐", "我的订单 A20250101 还没发货，帮我催一下"]
@@ -163,3 +166,47 @@ def test_another_tenant_sees_none_of_it(keyed_app: Flask) -> None:
              headers=ALPHA)
     assert "13912345678" in memory_text(client, user_ns("c-2"), "我的收货电话是多少？", **ALPHA)
     assert memory_text(client, user_ns("c-2"), "我的收货电话是多少？", max_tokens=1000, **BETA) == ""
+
+
+def test_a_user_is_forgotten_in_every_conversation_verifiably(client: FlaskClient, kefu: str) -> None:
+    other_agent, me = f"{kefu}-shop", f"u-{kefu}"  # a user of this test only: the app's store is shared
+    say(client, user_ns("c-1", me, kefu), "我的电话是 13912345678")
+    say(client, user_ns("c-2", me, kefu), "我对花生过敏")
+    say(client, user_ns("c-3", me, other_agent), "我叫王芳")
+    say(client, user_ns("c-9", user="u-7", agent=kefu), "我叫李雷")
+    say(client, user_ns("c-both", me, kefu), "我喜欢绿茶")
+    say(client, user_ns("c-both", user="u-7", agent=kefu), "我也喜欢红茶")
+    response = client.delete("/v1/memories", query_string={"user_id": me})
+    body = response.get_json()
+    assert response.status_code == 200, body
+    assert body["remaining"] == 0 and body["sessions_deleted"] == 3 and body["deleted"] >= 10
+    for agent in (kefu, other_agent):
+        listing = client.get("/v1/memories", query_string={"agent_id": agent, "user_id": me,
+                                                            "include_superseded": "true"}).get_json()
+        assert listing["memories"] == []
+    for agent, session in ((kefu, "c-1"), (kefu, "c-2"), (other_agent, "c-3")):
+        state = post(client, "session_state", {"agent_id": agent, "session_id": session}).get_json()
+        assert state["version"] == 0 and state["buffer"] == []
+    kept = post(client, "session_state", {"agent_id": kefu, "session_id": "c-both"}).get_json()
+    assert kept["version"] > 0  # u-7 wrote there too: the conversation stays, without u-42's rows
+    assert memory_text(client, user_ns("c-10", me, kefu), "我的电话是多少？", max_tokens=1000) == ""
+    assert "李雷" in memory_text(client, user_ns("c-11", user="u-7", agent=kefu), "我叫什么？")
+    refused = client.delete("/v1/memories", query_string={"session_id": "c-1"})
+    assert refused.status_code == 422
+
+
+def test_acn_delete_user_forgets_them_and_says_nothing_remains() -> None:
+    with serving() as base:
+        for session in ("c-1", "c-2"):
+            requests.post(f"{base}/v1/nodes/record_turn", timeout=60, json={
+                **user_ns(session), "messages": [{"role": "user", "content": f"我的电话是 1391234567{session[-1]}"}]})
+
+        def acn(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "acn.app.cli", "--url", base, *args], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120)
+
+        assert acn("delete", "--user", "u-42").returncode == 1  # asks first: no terminal, no --yes
+        forgotten = acn("delete", "--user", "u-42", "--yes")
+        assert forgotten.returncode == 0, forgotten.stderr
+        assert "deleted: 4, conversations deleted: 2, remaining: 0" in forgotten.stderr  # 2 phones, 2 turns
+        assert acn("list", "--agent", "kefu").stdout == ""

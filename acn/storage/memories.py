@@ -42,6 +42,7 @@ from acn.storage.memory_rows import (
     stored_ids,
     tenant_filter,
     to_record,
+    user_filter,
     with_client_id,
 )
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
@@ -303,6 +304,13 @@ class MemoryRepository(MemoryQueries):
         """Delete every memory of an agent, optionally narrowed to one session or one user."""
         try:
             self.store.delete(self.spec.name, namespace_filter(tenant, agent_id, session_id, user_id))
+        finally:
+            self._forget_all()
+
+    def delete_user(self, tenant: str, user_id: str, agent_id: str | None) -> None:
+        """Delete every row written with this user_id, in every conversation (of one agent, or of every agent)."""
+        try:
+            self.store.delete(self.spec.name, tenant_filter(tenant).and_(user_filter(user_id, agent_id)))
         finally:
             self._forget_all()
 

@@ -186,6 +186,15 @@ def namespace_filter(tenant: str, agent_id: str, session_id: str | None, user_id
     return flt
 
 
+def user_filter(user_id: str, agent_id: str | None = None) -> Filter:
+    """Return the filter of every row written with this user_id (any scope, any conversation), optionally of one
+    agent: what forgetting a user deletes."""
+    flt = Filter("user_id == {forget_user}", {"forget_user": user_id})
+    if agent_id:
+        flt = flt.and_(Filter("agent_id == {forget_agent}", {"forget_agent": agent_id}))
+    return flt
+
+
 def scope_filter(namespace: Namespace, scopes: Sequence[str] | None = None) -> Filter:
     """Return the filter of what a namespace may read: session + user + agent + shared by default."""
     wanted = [s for s in (scopes or ALL_SCOPES) if s != "user" or namespace.user_id]
