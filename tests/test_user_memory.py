@@ -210,3 +210,30 @@ def test_acn_delete_user_forgets_them_and_says_nothing_remains() -> None:
         assert forgotten.returncode == 0, forgotten.stderr
         assert "deleted: 4, conversations deleted: 2, remaining: 0" in forgotten.stderr  # 2 phones, 2 turns
         assert acn("list", "--agent", "kefu").stdout == ""
+
+
+def test_a_returning_users_new_conversation_reads_none_of_their_rows_from_the_store(
+        fresh_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = fresh_app.test_client()
+    for n in range(6):
+        say(client, user_ns(f"c-{n}"), f"我的电话是 1391234567{n}")
+        say(client, user_ns(f"c-{n}"), f"我喜欢第{n}款零食")
+    say(client, user_ns("c-other", user="u-7"), "我叫李雷")
+    assert "13912345675" in memory_text(client, user_ns("new-1"), "我的电话是多少？")  # the user's index loads
+    memories = fresh_app.extensions["acn"].memories
+    rows_read: list[int] = []
+    query = memories.store.query
+
+    def counted(collection: str, where: Any, **kwargs: Any) -> Any:
+        found = query(collection, where, **kwargs)
+        if collection == memories.spec.name:
+            rows_read.append(len(found))
+        return found
+
+    monkeypatch.setattr(memories.store, "query", counted)
+    for n in range(2, 5):
+        assert "13912345675" in memory_text(client, user_ns(f"new-{n}"), "我的电话是多少？")
+    assert sum(rows_read) == 0  # held once for every conversation of the user: nothing read again
+    held = memories.cache.indexes
+    assert len(held[("default", "kefu", "~user~u-42")]) == 12  # six phones (five closed) and six preferences
+    assert all(len(index) == 0 for key, index in held.items() if key[2].startswith("new-"))  # no user's rows

@@ -169,6 +169,46 @@ def group_filter(agent_id: str, session_id: str) -> Filter:
                   ' or scope == "shared"', {"group_agent": agent_id, "group_session": session_id})
 
 
+# A user's rows (scope user) are held apart from any session's (Lite): in an index of their own, shared by every
+# conversation of the user, under a group key whose third part is USER_GROUP and the user id ("~" is outside the
+# identifier alphabet: no session id starts so).
+USER_GROUP = "~user~"
+
+
+def user_group(user_id: str) -> str:
+    """Return the group-key part naming a user's own rows (see USER_GROUP)."""
+    return USER_GROUP + user_id
+
+
+def group_user(part: str) -> str | None:
+    """Return the user id a group-key part names, or None for a session's group."""
+    return part[len(USER_GROUP):] if part.startswith(USER_GROUP) else None
+
+
+def held_group_filter(agent_id: str, part: str) -> Filter:
+    """Return the rows an in-process index of a group holds: a session's (its own, its agent's agent-scope rows,
+    the shared ones: no user's rows), or a user's (their user-scope rows of the agent)."""
+    user = group_user(part)
+    if user is not None:
+        return Filter('agent_id == {group_agent} and scope == "user" and user_id == {group_user}',
+                      {"group_agent": agent_id, "group_user": user})
+    return Filter('(agent_id == {group_agent} and scope != "user" and (scope != "session" or session_id == '
+                  '{group_session})) or scope == "shared"', {"group_agent": agent_id, "group_session": part})
+
+
+# Parameters whose clauses test a session id only together with `scope == "session"` (scope_filter) or
+# `scope != "session"` (group_filter): on a user's rows (scope user) their value cannot change the answer.
+SESSION_GUARDED = ("scope_session", "group_session")
+
+
+def for_user_rows(where: Filter) -> Filter:
+    """Return the filter as a user's index evaluates it: the session ids of SESSION_GUARDED clauses blanked, so that
+    every conversation of the user asks the same question of the user's rows (the index keeps its answer)."""
+    if not any(name in where.params for name in SESSION_GUARDED):
+        return where
+    return Filter(where.template, {k: ("" if k in SESSION_GUARDED else v) for k, v in where.params.items()})
+
+
 def session_filter(tenant: str, namespace: Namespace) -> Filter:
     """Return the filter of one session's rows."""
     return Filter("tenant == {session_tenant} and agent_id == {session_agent} and session_id == {session_id}",
