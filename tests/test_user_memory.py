@@ -3,6 +3,7 @@ conversation of the same agent; what belongs to one conversation stays in it; no
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -69,6 +70,9 @@ def test_the_issue_three_questions_are_answered_in_a_new_conversation(client: Fl
     assert "13912345678" in memory_text(client, c2, "我的收货电话是多少？")
     assert "花生过敏" in memory_text(client, c2, "给我推荐点零食吧")
     assert "不想要新品推荐" in memory_text(client, c2, "有什么新品推荐吗？")
+    # A line from an earlier conversation says the day it was said, not a turn number of another conversation.
+    line = next(line for line in memory_text(client, c2, "我的收货电话是多少？").splitlines() if "13912345678" in line)
+    assert re.fullmatch(r"\[来自记忆 · 身份 · \d{4}-\d{2}-\d{2}\] 我的收货电话改成 13912345678", line), line
     # This conversation's order stays in c-1.
     assert "A20250101" not in memory_text(client, c2, "我的订单发货了吗？")
     assert "A20250101" in memory_text(client, user_ns("c-1", agent=kefu), "我的订单发货了吗？")
