@@ -19,6 +19,8 @@ from flask.testing import FlaskClient
 from acn.common.models import Message
 from acn.memory.durable import extracted_for
 from acn.server import create_app
+from acn.storage.base import Filter
+from acn.storage.milvus import MilvusStore
 from tests.conftest import ROOT, make_settings, post, serving
 
 C1 = ["你好", "我的收货电话改成 13912345678，地址是杭州市西湖区文三路398号", "另外我对花生过敏，推荐零食时别推含花生的",
@@ -241,3 +243,30 @@ def test_a_returning_users_new_conversation_reads_none_of_their_rows_from_the_st
     held = memories.cache.indexes
     assert len(held[("default", "kefu", "~user~u-42")]) == 12  # six phones (five closed) and six preferences
     assert all(len(index) == 0 for key, index in held.items() if key[2].startswith("new-"))  # no user's rows
+
+
+def test_a_store_whose_heads_listed_user_rows_under_their_agent_is_rebuilt_once(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    app = create_app(settings)
+    client = app.test_client()
+    say(client, user_ns("c-1"), "我的电话是 13912345678")
+    runtime = app.extensions["acn"]
+    heads = runtime.memories.heads.spec.name
+    runtime.close()
+    # As the release before per-user pages left a store: its heads and pages (user rows under the agent's) and the
+    # `built` marker, no `built-u` one. Simulated by the pass that built them: no head at all, the old marker only.
+    reopened = MilvusStore(settings.milvus_uri).open()
+    reopened.delete(heads, Filter('kind != ""'))
+    reopened.upsert(heads, [{"id": "built", "kind": "built", "tenant": "", "agent_id": "", "session_id": "",
+                             "high_ms": 1, "ids": [], "dense": [1.0, 0.0]}])
+    reopened.close()
+    app = create_app(settings)
+    runtime = app.extensions["acn"]
+    try:
+        if runtime.memories.heads.building is not None:
+            runtime.memories.heads.building.join(60)
+        assert runtime.warmer is not None and runtime.warmer.done.wait(60)
+        assert "13912345678" in memory_text(app.test_client(), user_ns("c-2"), "我的电话是多少？")
+        assert runtime.memories.heads.user_member_ids("default", "kefu", "u-42")
+    finally:
+        runtime.close()
