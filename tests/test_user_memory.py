@@ -270,3 +270,20 @@ def test_a_store_whose_heads_listed_user_rows_under_their_agent_is_rebuilt_once(
         assert runtime.memories.heads.user_member_ids("default", "kefu", "u-42")
     finally:
         runtime.close()
+
+
+def test_an_input_about_an_earlier_conversation_finds_its_messages_dated(client: FlaskClient, kefu: str) -> None:
+    post(client, "record_turn", {**user_ns("c-1", agent=kefu), "messages": [
+        {"role": "user", "content": "我要申请退款，订单 A20250101，金额 99 元"},
+        {"role": "assistant", "content": "好的，退款申请已提交，3-5 个工作日到账。"}]})
+    say(client, user_ns("c-2", agent=kefu), "你好")  # c-2's turn 1: c-1's turn 1 is another conversation's
+    body = post(client, "assemble", {**user_ns("c-2", agent=kefu), "mode": "focused", "max_tokens": 1000,
+                                     "user_input": "上次说的那个退款怎么样了？"}).get_json()
+    lines = body["memory_text"].splitlines()
+    assert re.fullmatch(r"\[来自记忆 · \d{4}-\d{2}-\d{2}\]", lines[0]), lines
+    assert lines[1:] == ["用户: 我要申请退款，订单 A20250101，金额 99 元", "助手: 好的，退款申请已提交，3-5 个工作日到账。"]
+    assert {s["meta"].get("from_conversation") for s in body["sources"] if s["layer"] == "memory"} == {"c-1"}
+    # Only when the input asks about an earlier time, and only the user's own conversations.
+    assert "A20250101" not in memory_text(client, user_ns("c-2", agent=kefu), "退款怎么样了？", max_tokens=1000)
+    assert "A20250101" not in memory_text(client, user_ns("c-3", user="u-7", agent=kefu), "上次说的那个退款怎么样了？",
+                                          max_tokens=1000)

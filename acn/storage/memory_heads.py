@@ -88,17 +88,17 @@ def heads_of(tenant: str, rows: Iterable[Memory | Record]) -> dict[HeadKey, int]
     needed: dict[HeadKey, int] = {}
     ceiling = stamp_bounds()[1]
     for row in rows:
-        agent, session, scope, stamp, user = (
-            (row.agent_id, row.session_id, str(row.scope), max(row.updated_at, row.created_at), row.user_id or "")
-            if isinstance(row, Memory) else
+        agent, session, scope, stamp, user, kind = (
+            (row.agent_id, row.session_id, str(row.scope), max(row.updated_at, row.created_at), row.user_id or "",
+             str(row.kind)) if isinstance(row, Memory) else
             (str(row["agent_id"]), str(row["session_id"]), str(row["scope"]), int(row.get("updated_at") or 0),
-             str(row.get("user_id") or "")))
+             str(row.get("user_id") or ""), str(row.get("kind") or "")))
         if stamp > ceiling:
             # A stamp beyond the stored-row bound (acn/common/stored.py) is no clock: a session's clock following
             # it overflowed int64 at its next write. The row still gets its heads (it is read, and reported as
             # dropped there); its stamp does not move them.
             stamp = 0
-        for key in _row_keys(tenant, agent, session, scope, user):
+        for key in _row_keys(tenant, agent, session, scope, user, kind):
             needed[key] = max(needed.get(key, 0), stamp)
     return needed
 
@@ -117,8 +117,16 @@ def page_id(owner: HeadKey, page: int) -> str:
     return f"{head_id(*owner)}:{page}"
 
 
-def _row_keys(tenant: str, agent: str, session: str, scope: str, user: str = "") -> list[HeadKey]:
+def archive_owner(tenant: str, agent: str, user: str, kind: str) -> HeadKey | None:
+    """Return the head whose member pages list a user's archived message as well (None: not one)."""
+    return ("turns", tenant, agent, user) if kind == "turn" and user else None
+
+
+def _row_keys(tenant: str, agent: str, session: str, scope: str, user: str = "", kind: str = "") -> list[HeadKey]:
     keys: list[HeadKey] = [("session", tenant, agent, session)]  # the clock counts every row of the session
+    archive = archive_owner(tenant, agent, user, kind)
+    if archive is not None:
+        keys.append(archive)
     if scope == "shared":
         keys.append(("shared", tenant, "", ""))
     elif scope != "session":
@@ -209,7 +217,7 @@ class MemoryHeads:
         try:
             needed: dict[HeadKey, int] = {}
             members: dict[HeadKey, list[str]] = {}
-            for row in scan(["agent_id", "session_id", "scope", "updated_at", "tenant", "user_id"]):
+            for row in scan(["agent_id", "session_id", "scope", "updated_at", "tenant", "user_id", "kind"]):
                 for key, stamp in heads_of(str(row["tenant"]), [row]).items():
                     needed[key] = max(needed.get(key, 0), stamp)
                 if self.paged:
@@ -218,6 +226,10 @@ class MemoryHeads:
                     # The key the row has once ids are scoped (a store from before is moved at start, maybe while
                     # this runs: memories.scope_legacy_ids), so pages never list a key that is about to go.
                     members.setdefault(owner, []).append(stored_id(str(row["tenant"]), str(row["id"])))
+                    archive = archive_owner(str(row["tenant"]), str(row["agent_id"]), str(row.get("user_id") or ""),
+                                            str(row.get("kind") or ""))
+                    if archive is not None:  # a user's archived message: listed in their archive's pages too
+                        members.setdefault(archive, []).append(stored_id(str(row["tenant"]), str(row["id"])))
             for owner, ids in members.items():
                 with self.write_order:  # with what saves meanwhile listed (member pages are read first)
                     self.store.upsert(self.spec.name, self._list(owner, ids))
@@ -344,16 +356,18 @@ class MemoryHeads:
                 ids += [member for page in self._pages(key) for member in page]
         return ids
 
-    def user_empty(self, tenant: str, agent_id: str, user_id: str) -> bool:
-        """Return True when the user certainly holds no user-scope row with the agent."""
-        key: HeadKey = ("user", tenant, agent_id, user_id)
+    def user_empty(self, tenant: str, agent_id: str, user_id: str, kind: str = "user") -> bool:
+        """Return True when the user certainly holds no user-scope row with the agent (kind "turns": no archived
+        message of any of their conversations)."""
+        key: HeadKey = (kind, tenant, agent_id, user_id)
         return self.ready.is_set() and self._lookup([key]).get(key) is None
 
-    def user_member_ids(self, tenant: str, agent_id: str, user_id: str) -> list[str] | None:
-        """Return the ids of the user's user-scope rows with the agent, from its member pages (None: not kept)."""
+    def user_member_ids(self, tenant: str, agent_id: str, user_id: str, kind: str = "user") -> list[str] | None:
+        """Return the ids of the user's user-scope rows with the agent (kind "turns": their archived messages),
+        from the member pages (None: not kept)."""
         if not self.paged or not self.pages_ready.is_set():
             return None
-        key: HeadKey = ("user", tenant, agent_id, user_id)
+        key: HeadKey = (kind, tenant, agent_id, user_id)
         if self._lookup([key]).get(key) is None:
             return []
         return [member for page in self._pages(key) for member in page]
@@ -422,6 +436,9 @@ class MemoryHeads:
                 # The rows' primary keys (tenant-scoped, memory_rows.stored_id): pages are read by `id in [...]`.
                 owners.setdefault(owner_of(tenant, memory.agent_id, memory.session_id, str(memory.scope),
                                            memory.user_id or ""), []).append(stored_id(tenant, memory.id))
+                archive = archive_owner(tenant, memory.agent_id, memory.user_id or "", str(memory.kind))
+                if archive is not None:
+                    owners.setdefault(archive, []).append(stored_id(tenant, memory.id))
             for owner, ids in owners.items():
                 pages += self._list(owner, ids)
         with self._lock:

@@ -180,14 +180,39 @@ def user_group(user_id: str) -> str:
     return USER_GROUP + user_id
 
 
+# The archived messages of every conversation of a user with an agent, held apart again (read only when an input
+# asks about an earlier conversation: MemoryRepository.earlier_messages).
+USER_TURNS = "~turns~"
+
+
+def user_turns_group(user_id: str) -> str:
+    """Return the group-key part naming a user's archived messages of all their conversations (see USER_TURNS)."""
+    return USER_TURNS + user_id
+
+
 def group_user(part: str) -> str | None:
-    """Return the user id a group-key part names, or None for a session's group."""
+    """Return the user id a group-key part names, or None for a session's group (or a user's archive)."""
     return part[len(USER_GROUP):] if part.startswith(USER_GROUP) else None
+
+
+def group_turns_user(part: str) -> str | None:
+    """Return the user id whose archived messages a group-key part names, or None."""
+    return part[len(USER_TURNS):] if part.startswith(USER_TURNS) else None
+
+
+def is_session_group(part: str) -> bool:
+    """Return True when a group-key part names a session (not a user's rows or archive)."""
+    return not part.startswith("~")
 
 
 def held_group_filter(agent_id: str, part: str) -> Filter:
     """Return the rows an in-process index of a group holds: a session's (its own, its agent's agent-scope rows,
-    the shared ones: no user's rows), or a user's (their user-scope rows of the agent)."""
+    the shared ones: no user's rows), a user's (their user-scope rows of the agent), or a user's archive (their
+    archived messages of every conversation with the agent)."""
+    archive = group_turns_user(part)
+    if archive is not None:
+        return Filter('agent_id == {group_agent} and kind == "turn" and user_id == {group_user}',
+                      {"group_agent": agent_id, "group_user": archive})
     user = group_user(part)
     if user is not None:
         return Filter('agent_id == {group_agent} and scope == "user" and user_id == {group_user}',

@@ -34,9 +34,11 @@ from acn.storage.memory_rows import (
     OUTPUT_FIELDS,
     QUERY_WINDOW,
     from_record,
+    group_turns_user,
     group_user,
     held_group_filter,
     id_range,
+    is_session_group,
     session_filter,
     tenant_filter,
 )
@@ -217,9 +219,11 @@ class ReadCache:
         for key in (*self._indexes, *loading):
             if key[0] != tenant or not (shared or key[1] in by_agent):
                 continue
-            user = group_user(key[2])
+            user, archive = group_user(key[2]), group_turns_user(key[2])
             if user is not None:  # a user's index: their user-scope rows only
                 mine = [(m, r) for m, r in by_agent.get(key[1], ()) if m.scope == "user" and m.user_id == user]
+            elif archive is not None:  # a user's archive: their archived messages of every conversation
+                mine = [(m, r) for m, r in by_agent.get(key[1], ()) if m.kind == "turn" and m.user_id == archive]
             else:  # a session's: its own rows, its agent's agent-scope rows, the shared ones (no user's)
                 mine = shared + [(m, r) for m, r in by_agent.get(key[1], ())
                                  if m.scope == "agent" or (m.scope == "session" and m.session_id == key[2])]
@@ -413,7 +417,7 @@ class ReadCache:
                 return index
             if self._index_loads.busy(key):
                 return None
-            has_sibling = group_user(key[2]) is None and self._sibling(key) is not None
+            has_sibling = is_session_group(key[2]) and self._sibling(key) is not None
         listed = None if self.known_empty(key) else self._listed_ids(key)
         if listed is not None and len(listed) > LISTED_LOAD_ROWS and self._background and not wait:
             self._warm_later(key)  # large: loaded by id off the request path; the store answers meanwhile
@@ -645,7 +649,7 @@ class ReadCache:
     def _sibling(self, key: GroupKey) -> LocalIndex | None:
         """Return a loaded index of another session of the same agent (called with the lock held)."""
         return next((index for other, index in self._indexes.items()
-                     if other[:2] == key[:2] and group_user(other[2]) is None), None)
+                     if other[:2] == key[:2] and is_session_group(other[2])), None)
 
     def _sibling_view(self, key: GroupKey) -> LocalIndex | None:
         """Return and keep the index of a session known to hold no rows of its own, built from a sibling's.
