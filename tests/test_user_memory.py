@@ -145,6 +145,9 @@ def test_without_a_user_id_every_extracted_memory_stays_in_its_conversation(clie
     ("记得下周提醒我续费", "user", [("todo", "session", None)]),
     ("My name is Alice and I am allergic to nuts", "user", [("identity", "user", None)]),
     ("Please never call my phone, email me instead", "user", [("constraint", "user", None)]),
+    ("I live in Boston", "user", [("identity", "user", "address")]),
+    ("I am allergic to peanuts", "user", [("constraint", "user", None)]),
+    ("My order #A123 has not arrived", "user", [("fact", "session", None)]),
 ])
 def test_the_durable_rule(text: str, role: str, expected: list[tuple[str, str, str | None]]) -> None:
     items = extracted_for([Message(role=role, content=text, turn=1)], "u-1", "profile")  # type: ignore[arg-type]
