@@ -159,6 +159,9 @@ def test_the_inspector_shows_each_memorys_scope(client: FlaskClient, kefu: str) 
     say(client, user_ns("c-1", agent=kefu), "我的订单 A1 还没到")
     page = client.get(f"/ui/agents/{kefu}/sessions/c-1").get_data(as_text=True)
     assert "scope-user" in page and "scope-session" in page
+    say(client, user_ns("c-2", agent=kefu), "你好")
+    later = client.get(f"/ui/agents/{kefu}/sessions/c-2", query_string={"lang": "en"}).get_data(as_text=True)
+    assert "memories from their other conversations" in later and "我是老客户" in later and "我的订单 A1" not in later
 
 
 @pytest.fixture()
