@@ -68,6 +68,21 @@ def test_snippets_record_retrieve_assemble_and_compact(live_server: LiveServer) 
                for i in range(40))
 
 
+def test_snippets_carry_sys_user_id_into_the_users_next_conversation(live_server: LiveServer) -> None:
+    auth = {"base_url": live_server.base_url, "api_key": live_server.api_key}
+    agent, user = f"dify-code-{uuid.uuid4().hex[:8]}", "Dify 用户 42"  # not an identifier: hashed by the snippet
+    run("record_turn", **auth, agent_id=agent, session_id="conv-1", user_id=user,
+        user_message="我对花生过敏，推荐零食时别推含花生的", assistant_message="好的，记住了。")
+    later = run("assemble_context", **auth, agent_id=agent, session_id="conv-2", user_id=user,
+                user_input="给我推荐点零食吧", system_prompt="你是导购。")
+    assert "花生过敏" in later["memory_text"]
+    found = run("retrieve_memory", **auth, agent_id=agent, session_id="conv-3", user_id=user, query="我对什么过敏？")
+    assert "花生过敏" in found["text"]
+    stranger = run("assemble_context", **auth, agent_id=agent, session_id="conv-4", user_input="给我推荐点零食吧",
+                   system_prompt="你是导购。")
+    assert "花生" not in stranger["memory_text"]
+
+
 def test_snippets_raise_with_the_servers_message(live_server: LiveServer) -> None:
     try:
         load("retrieve_memory").main(live_server.base_url, "wrong-key", "a", "s", "q")

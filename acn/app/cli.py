@@ -7,7 +7,11 @@
                                                               versions, history, timestamps, turn ranges)
     acn import --agent A --session S < items.jsonl           (lines without an id: new items through
                                                               memory_write, so dedup and supersede apply)
-    acn delete --agent A [--session S | --user U] [--yes] | acn delete MEMORY_ID [--yes]
+    acn delete --agent A [--session S] [--yes] | acn delete MEMORY_ID [--yes]
+    acn delete --user U [--agent A] [--yes]                   (forget a user: every row written with the user_id,
+                                                              in every conversation of A or of every agent; the
+                                                              state of conversations only they wrote in; then
+                                                              "remaining: 0" or exit 1)
     acn sessions --agent A --session S                        (the session's versions)
     acn keygen [--tenant T]                                   (a new random API key; with --tenant, the
                                                               key:tenant entry for ACN_API_KEYS)
@@ -176,12 +180,27 @@ def cmd_delete(client: Client, args: argparse.Namespace) -> None:
         client.call("DELETE", f"/v1/memories/{args.target}")
         report("deleted: 1")
         return
-    if not args.agent:
-        usage("delete needs a MEMORY_ID or --agent")
+    if not args.agent and not args.user:
+        usage("delete needs a MEMORY_ID, --agent or --user")
+    if args.user and not args.session:
+        forget_user(client, args)
+        return
     where = ", ".join(f"{name} {value}" for name, value in namespace(args).items())
     count = sum(1 for _ in client.pages(namespace(args)))
     confirm(f"delete all {count} memories of {where}" + ("" if args.user else " and its session state"), args)
     report(f"deleted: {client.call('DELETE', '/v1/memories', params=namespace(args))['deleted']}")
+
+
+def forget_user(client: Client, args: argparse.Namespace) -> None:
+    """Delete a user's memories in every conversation (of --agent, or of every agent), then say what is left."""
+    where = f"agent {args.agent}" if args.agent else "every agent"
+    confirm(f"forget user {args.user}: delete every memory written with that user_id in every conversation of "
+            f"{where}, and the state of conversations only they wrote in", args)
+    body = client.call("DELETE", "/v1/memories", params=namespace(args))
+    report(f"deleted: {body['deleted']}, conversations deleted: {body['sessions_deleted']}, "
+           f"remaining: {body['remaining']}")
+    if body["remaining"]:
+        fail(f"{body['remaining']} rows of user {args.user} are still stored")
 
 
 def cmd_sessions(client: Client, args: argparse.Namespace) -> None:

@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field
 
 from acn.assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from acn.assembly.current import current_memories, current_segments, stale_values
+from acn.assembly.earlier import earlier_conversation_memories, from_earlier_conversation
 from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept
 from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
 from acn.assembly.recall import focused_memories, message_order, readable, relative_floor, turn_pool, unreadable_reason
@@ -196,7 +197,8 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
              if item.source}
     spare: list[Memory] = []  # BM25 only: what may fill budget left over at the end (see fill_memories)
     found = [m for m in memory_candidates(request, deps, mode, history, shown, spare)
-             if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown)]
+             if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown
+                     and m.session_id == request.session_id)]  # an earlier conversation's turn 1 is not this one's
     found, unreadable = readable_candidates(found)
     served, stale_memories = current_memories(found, stale)
     memory = memory_items(served, language) if request.memories is None else note_items(request.memories, language,
@@ -262,6 +264,7 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
         found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
                                   history=history, shown_turns=shown, floor=relative_floor(request.max_tokens),
                                   spill=below)
+        found += earlier_conversation_memories(request, request.user_input, deps)  # a returning user's (issue 48)
         if below is not None and spare is not None:
             if lexical:
                 spare += fill_memories(request, deps, history, below, turn_pool(request.max_tokens))
@@ -351,7 +354,7 @@ def without_repeats(fitted: dict[str, Fitted], candidates: dict[str, list[Item]]
 
     def repeated(item: Item) -> bool:
         if item.source and item.source.get("kind") == "turn" and item.source.get("turn_range") \
-                and item.source["turn_range"][0] in in_history:
+                and item.source["turn_range"][0] in in_history and not from_earlier_conversation(item.source):
             return True
         if item.source and item.source.get("kind") in STANDING_KINDS:
             # Who the user is and the rules in force stay, shown or not: the memory layer is what a builder puts in

@@ -53,6 +53,7 @@ def memory_line(memory: Memory, language: str) -> tuple[str, str]:
     """
     meta = memory.meta
     key = (memory.kind, memory.content, tuple(memory.turn_range or ()), bool(memory.valid_to), language,
+           memory.scope, memory.created_at // 86_400_000 if memory.scope == "user" else 0,
            *(_plain(meta.get(field)) for field in ("time", "date", "name", "role")))
     with _LINES_LOCK:
         known = _LINES.get(key)

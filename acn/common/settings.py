@@ -434,6 +434,19 @@ class Settings(StrictModel):
     recency_half_life_hours: float = Field(
         default=72.0, gt=0, description="Half-life of the recency decay used in memory ranking."
     )
+    user_memory: Literal["profile", "all", "off"] = Field(
+        default="profile",
+        description=(
+            "Which memories `record_turn` (and `memory_write` with `extract`) writes as the user's when a request "
+            "carries a `user_id`: scope `user`, read by every later conversation of that user with the same agent. "
+            "`profile` (the rule in [how-it-works.md](how-it-works.md#what-a-returning-user-keeps)): what the user "
+            "states about themselves — identity, preferences, constraints about them, profile fields (name, phone, "
+            "address, e-mail, invoice title, birthday, allergies …), a changed field superseding the old value across "
+            "conversations; what belongs to one conversation (an order, a ticket, today's task) stays in it. `all`: "
+            "every extracted memory is the user's. `off`: every one stays in its conversation. A request's "
+            "`user_memory` overrides it; without a `user_id` nothing is the user's."
+        ),
+    )
     session_versions_kept: int = Field(
         default=100, ge=2, le=10_000, description="How many working-state versions each session keeps for rollback."
     )

@@ -25,6 +25,7 @@ from acn.compaction.limits import check_work
 from acn.compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
 from acn.editing.edit import Edit, EditRules, edit_messages, redact_message
 from acn.memory.archive import archive_new_turns, discard_archive
+from acn.memory.durable import UserMemory, extracted_for
 from acn.memory.items import MemoryItem, WriteResult
 from acn.memory.write import extracted_items, write_items
 from acn.services.deps import Deps
@@ -41,6 +42,10 @@ class RecordTurnRequest(Namespace):
     extract: bool = Field(default=True, description="Write memory events found in the new messages.")
     dedupe_threshold: float = Field(default=0.9, ge=0.5, le=1.0)
     redact_pii: bool = Field(default=False, description="Mask personal data in memories and the buffer.")
+    user_memory: UserMemory | None = Field(
+        default=None, description="With a user_id, which extracted memories are the user's (scope user, read by "
+        "their later conversations): profile (what they state about themselves), all, off. Default: the server's "
+        "ACN_USER_MEMORY.")
     compact: bool = Field(default=True, description="Compact when the trigger is reached.")
     compaction: Annotated[CompactOptions, BeforeValidator(parse_json_object)] = Field(default_factory=CompactOptions)
 
@@ -147,8 +152,12 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
 
 def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps,
                    scope: Scope = "session") -> list[WriteResult]:
-    """Write the events extracted from the new messages, deduplicated against what is stored."""
-    items: list[MemoryItem] = [item.model_copy(update={"scope": scope}) for item in extracted_items(incoming)]
+    """Write the events extracted from the new messages, deduplicated against what is stored; with a user_id, the
+    user's own at scope user (acn/memory/durable.py)."""
+    if scope != "session":  # a caller that keeps every extracted memory at one scope (external memory)
+        items: list[MemoryItem] = [item.model_copy(update={"scope": scope}) for item in extracted_items(incoming)]
+    else:
+        items = extracted_for(incoming, request.user_id, request.user_memory or deps.settings.user_memory)
     if not items:
         return []
     return write_items(deps.memories, deps.tenant, request, items, request.dedupe_threshold)

@@ -74,6 +74,7 @@ EN: dict[str, str] = {
     "in_buffer": "in the buffer, verbatim",
     "not_carried": "not in the working state (archived only)",
     "memories_from_turn": "Memories extracted here",
+    "user_memories": "The user's memories from their other conversations (read here too)",
     "reason": "Reason",
     "version": "Version",
     "time": "Time",
@@ -215,6 +216,7 @@ ZH: dict[str, str] = {
     "in_buffer": "缓冲区中的原文",
     "not_carried": "不在工作状态中（仅归档）",
     "memories_from_turn": "本轮抽取的记忆",
+    "user_memories": "该用户在其他会话中的记忆（本会话同样读取）",
     "reason": "原因",
     "version": "版本",
     "time": "时间",
@@ -293,6 +295,10 @@ ZH: dict[str, str] = {
 
 LABELS = {"en": EN, "zh": ZH}
 KIND_LABELS = {"en": KIND_LABELS_EN, "zh": KIND_LABELS_ZH}
+# Who reads a memory (its scope): this conversation, every conversation of its user, the agent, every agent.
+SCOPE_LABELS = {"en": {"session": "this conversation", "user": "user · every conversation", "agent": "agent",
+                       "shared": "shared"},
+                "zh": {"session": "本会话", "user": "用户 · 跨会话", "agent": "智能体", "shared": "共享"}}
 
 
 def pick_language(requested: str | None, cookie: str | None, accept: list[str]) -> str:

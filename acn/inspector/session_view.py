@@ -116,6 +116,8 @@ class SessionPage:
     memories: list[MemoryRow]
     truncated: bool
     window: TurnWindow
+    # The memories of this conversation's users written in their other conversations: this one reads them too.
+    user_memories: list[Memory] = field(default_factory=list)
 
 
     @property
@@ -139,7 +141,19 @@ def session_page(namespace: Namespace, deps: Deps, turns_from: int | None = None
     return SessionPage(namespace=namespace, state=state, versions=versions, turns=turns, segments=segments,
                        buffer_range=(buffered[0], buffered[-1]) if buffered else None,
                        memories=memory_rows([m for m in memories if m.kind != "turn"]) + memory_rows(
-                           [m for m in memories if m.kind == "turn"]), truncated=truncated, window=window)
+                           [m for m in memories if m.kind == "turn"]), truncated=truncated, window=window,
+                       user_memories=users_memories(namespace, memories, deps))
+
+
+def users_memories(namespace: Namespace, memories: list[Memory], deps: Deps) -> list[Memory]:
+    """Return the user-scope memories (live ones) that the users of this conversation wrote in their other
+    conversations of the agent: the page shows what crosses into this one (one page each, oldest first)."""
+    found: list[Memory] = []
+    for user in sorted({m.user_id for m in memories if m.user_id}):
+        page = list_memories(MemoryListRequest(agent_id=namespace.agent_id, user_id=user, scope="user",
+                                               limit=PAGE_LIMIT), deps)
+        found += [m for m in page.memories if m.session_id != namespace.session_id]
+    return found
 
 
 def last_turn(state: SessionStateResponse, memories: list[Memory]) -> int:

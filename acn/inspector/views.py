@@ -23,7 +23,7 @@ from acn.common.errors import NotFoundError, PackError, SignInThrottledError, Va
 from acn.common.models import Namespace
 from acn.common.stored import stamp_problem
 from acn.inspector.diff import version_diff
-from acn.inspector.i18n import HTML_LANG, KIND_LABELS, LABELS, pick_language
+from acn.inspector.i18n import HTML_LANG, KIND_LABELS, LABELS, SCOPE_LABELS, pick_language
 from acn.inspector.namespaces import overview
 from acn.inspector.session_view import session_page
 from acn.inspector.signin import (
@@ -223,6 +223,7 @@ def template_context() -> dict[str, Any]:
             "signed_in": bool(credential and credential.session), "lang": lang, "html_lang": HTML_LANG[lang],
             "t": labels, "label": label,
             "kind_label": lambda kind: KIND_LABELS[lang].get(kind, kind), "utc": utc_text,
+            "scope_label": lambda scope: SCOPE_LABELS[lang].get(scope, scope),
             "script_labels": {**labels, **{f"kind_{k}": v for k, v in KIND_LABELS[lang].items()}}}
 
 

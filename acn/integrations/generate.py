@@ -88,6 +88,7 @@ PARAMETER_LABELS = {
     "extract": ("Extract events", "抽取事件"),
     "dedupe_threshold": ("Dedupe threshold", "去重阈值"),
     "redact_pii": ("Redact personal data", "脱敏个人信息"),
+    "user_memory": ("User memory rule", "用户长期记忆规则"),
     "query": ("Query", "查询"),
     "kinds": ("Kinds (JSON)", "记忆类型（JSON）"),
     "scopes": ("Scopes (JSON)", "作用域（JSON）"),

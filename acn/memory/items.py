@@ -21,7 +21,8 @@ DEFAULT_IMPORTANCE: dict[str, float] = {
     "identity": 8, "knowledge": 7, "constraint": 7, "decision": 7, "preference": 6,
     "fact": 5, "todo": 5, "artifact": 5, "summary": 4, "turn": 3,
 }
-SUPERSEDING_KINDS = ("decision", "constraint", "preference")
+# identity too: a profile field (phone, address …) a user states again, keyed by the field (memory/durable.py).
+SUPERSEDING_KINDS = ("decision", "constraint", "preference", "identity")
 MAX_CONTENT_CHARS = 8000
 
 

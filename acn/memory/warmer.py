@@ -36,12 +36,15 @@ from acn.memory.items import MemoryItem
 from acn.memory.pool import Pool
 from acn.storage.lite.read_cache import CACHED_INDEXES, CACHED_POOLS
 from acn.storage.memories import SHARED_KEPT, MemoryRepository
+from acn.storage.memory_rows import user_group
 
 # Sessions warmed at most: as many as the caches keep (more would push the most recent out again).
 WARM_SESSIONS = min(CACHED_POOLS, CACHED_INDEXES, SHARED_KEPT)
 # A batch of the default scope and kind: what a session's first memory_write most often is.
 DEFAULT_BATCH = [MemoryItem(content="-")]
 STOP_WAIT = 10.0
+# The conversation a warmed user's reads are made for: one with no row of its own, as a returning user's new one.
+WARM_USER_SESSION = "acn-warm-new-conversation"
 # About what a parked dedup pool holds a row (DedupIndex.nbytes: 71 MB for 100,000 rows of ~37 characters) and what
 # a row's text adds to it and to the session index, for the estimate of a session before it is warmed (Lite).
 POOL_ROW_BYTES = 700
@@ -121,6 +124,7 @@ class Warmer:
                     self.cold += 1
                     continue
                 self.warm(tenant, namespace)
+            self.warm_users()
             self.warm_texts()
             log.info("warmed %d recently active sessions (%d MB), %d left cold", self.warmed,
                      self.held_bytes >> 20, self.cold)
@@ -150,6 +154,28 @@ class Warmer:
             chosen.append((tenant, namespace))
             planned_bytes, planned_rows = planned_bytes + size, planned_rows + rows
         return chosen[::-1]
+
+    def warm_users(self) -> None:
+        """Load the indexes of the most recently written users (Lite): a returning user's new conversation reads
+        their memories from there (MemoryRepository._held_indexes), not by a load on its first call."""
+        cache = self.memories.cache
+        if cache is None:
+            return
+        for tenant, agent, user in self.memories.heads.recent_users(self.sessions):
+            if self._stop.is_set() or self.held_bytes >= self.budget_bytes:
+                break
+            listed = self.memories.heads.user_member_ids(tenant, agent, user)
+            if listed is None or not cache.fits(len(listed)):
+                continue
+            before = cache.nbytes()
+            if cache.prewarm((tenant, agent, user_group(user))) is not None:
+                # The reads and texts of a new conversation of the user (one with no row of its own: every such
+                # conversation shares what these keep, MemoryRepository._reader_key).
+                namespace = Namespace(agent_id=agent, session_id=WARM_USER_SESSION, user_id=user)
+                if self.reads:
+                    self.reads(tenant, namespace)
+                self._warmed.append((tenant, namespace))
+            self.held_bytes += cache.nbytes() - before
 
     def warm_texts(self) -> None:
         """Do the text work for the warmed sessions, most recently active first, until its bytes are used."""

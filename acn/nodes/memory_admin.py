@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from acn.common.errors import NotFoundError, ValidationError
 from acn.common.models import (
@@ -71,15 +71,30 @@ class MemoryGetResponse(NodeResponse):
 
 
 class NamespaceDeleteRequest(StrictModel):
-    """What to delete: an agent's memories, optionally narrowed to a session and/or a user."""
+    """What to delete: an agent's memories, optionally narrowed to a session and/or a user; or a user's memories
+    in every conversation of every agent (user_id alone)."""
 
-    agent_id: Identifier
+    agent_id: Identifier | None = Field(default=None, description="The agent; omit it (with a user_id) to forget "
+                                        "the user in every agent of the tenant.")
     session_id: Identifier | None = None
-    user_id: Identifier | None = None
+    user_id: Identifier | None = Field(default=None, description="Every row written with this user_id, in every "
+                                       "conversation; the state of conversations only this user wrote goes too.")
+
+    @model_validator(mode="after")
+    def _named(self) -> NamespaceDeleteRequest:
+        if not self.agent_id and not self.user_id:
+            raise ValueError("give agent_id, user_id or both")
+        if self.session_id and not self.agent_id:
+            raise ValueError("session_id needs agent_id")
+        return self
 
 
 class DeleteResponse(NodeResponse):
     deleted: int
+    sessions_deleted: int | None = Field(default=None, description="A user forgotten: the conversations whose "
+                                         "state (buffer, segments, versions) went with their rows.")
+    remaining: int | None = Field(default=None, description="A user forgotten: the rows written with the user_id "
+                                  "still stored after the delete (0: none).")
 
 
 Epoch = Annotated[int, Field(ge=0, le=INT64_MAX)]
@@ -171,11 +186,30 @@ def valid_id(memory_id: str) -> bool:
 def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteResponse:
     """Delete every memory of a namespace and, unless narrowed to a user, its session state."""
     memories = deps.memories
+    if request.user_id and not request.session_id:
+        return forget_user(request.user_id, request.agent_id, deps)
+    if request.agent_id is None:  # the model's check already refused it
+        raise ValidationError("session_id needs agent_id")
     count = memories.count_in(deps.tenant, request.agent_id, request.session_id, request.user_id)
     memories.delete_namespace(deps.tenant, request.agent_id, request.session_id, request.user_id)
     if not request.user_id:  # sessions belong to agent + session; a user-narrowed delete leaves them
         deps.sessions.delete(deps.tenant, request.agent_id, request.session_id)
     return DeleteResponse(deleted=count)
+
+
+def forget_user(user_id: str, agent_id: str | None, deps: Deps) -> DeleteResponse:
+    """Delete every row written with the user_id in every conversation (of one agent, or all), and the state of
+    the conversations no one else wrote in (their buffers and segments hold the user's words); then count again."""
+    memories = deps.memories
+    count = memories.count_user(deps.tenant, user_id, agent_id)
+    conversations = memories.conversations_of(deps.tenant, user_id, agent_id)
+    memories.delete_user(deps.tenant, user_id, agent_id)
+    alone = [(agent, session) for agent, session in sorted(conversations)
+             if not memories.others_in(deps.tenant, agent, session, user_id)]
+    for agent, session in alone:
+        deps.sessions.delete(deps.tenant, agent, session)
+    return DeleteResponse(deleted=count, sessions_deleted=len(alone),
+                          remaining=memories.count_user(deps.tenant, user_id, agent_id))
 
 
 def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportResponse:

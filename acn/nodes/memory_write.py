@@ -13,8 +13,9 @@ from acn.common.models import (
     NodeResponse,
     parse_json_string,
 )
+from acn.memory.durable import UserMemory, extracted_for
 from acn.memory.items import MemoryItem, WriteResult
-from acn.memory.write import extracted_items, write_items
+from acn.memory.write import write_items
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
 from acn.text.pii import redact_pii, redact_value
@@ -29,6 +30,10 @@ class MemoryWriteRequest(Namespace):
     messages: MessageList = Field(default_factory=list, max_length=500)
     extract: bool = Field(
         default=False, description="Extract events (identity, preferences, constraints, …) from messages.")
+    user_memory: UserMemory | None = Field(
+        default=None, description="With a user_id, which extracted memories are the user's (scope user, read by "
+        "their later conversations): profile (what they state about themselves), all, off. Default: the server's "
+        "ACN_USER_MEMORY. Items keep the scope they give.")
     dedupe_threshold: float = Field(
         default=0.9, ge=0.5, le=1.0, description="Similarity at or above which a write updates.")
     redact_pii: bool = Field(
@@ -44,7 +49,8 @@ class MemoryWriteResponse(NodeResponse):
 def run(request: MemoryWriteRequest, deps: Deps) -> MemoryWriteResponse:
     """Write every item (explicit, then extracted), deduplicating and superseding by key."""
     memories = deps.memories
-    extracted = extracted_items(request.messages) if request.extract else []
+    mode = request.user_memory or deps.settings.user_memory
+    extracted = extracted_for(request.messages, request.user_id, mode) if request.extract else []
     if not request.items and not (request.extract and request.messages):
         raise ValidationError("nothing to write: give items, or messages with extract: true")
     items = [*request.items, *extracted]

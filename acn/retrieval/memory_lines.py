@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from acn.common.models import Memory
 from acn.retrieval.rank import RetrievedMemory
 from acn.text.dates import normalise_date
@@ -20,14 +22,26 @@ def source_tag(memory: Memory, language: str) -> str:
         parts.append(KIND_LABELS_ZH.get(memory.kind, memory.kind) if language == "zh" else memory.kind)
     when = memory.meta.get("time") or memory.meta.get("date")
     dated = isinstance(when, str) and bool(when.strip())
-    # For an archived message a date tells a model more than a turn number (which stays in `sources`).
-    if memory.turn_range and not (dated and memory.kind == "turn"):
+    # For an archived message a date tells a model more than a turn number (which stays in `sources`). A user's
+    # memory comes from one of their conversations, maybe an earlier one: its turn number would point into the wrong
+    # conversation, so the day it was said is given instead.
+    if memory.turn_range and memory.scope != "user" and not (dated and memory.kind == "turn"):
         parts.append(turns_label(memory.turn_range, language))
     if dated:
         parts.append(normalise_date(str(when)))
+    elif memory.scope == "user":
+        parts.append(utc_day(memory.created_at))
     if memory.valid_to:
         parts.append("已被取代" if language == "zh" else "superseded")
     return "[" + " · ".join(parts) + "]"
+
+
+def utc_day(epoch_ms: int) -> str:
+    """Return the UTC day of a stamp (2026-12-05); a stamp no calendar holds as its number."""
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return str(epoch_ms)
 
 
 def speaker_label(memory: Memory, language: str) -> str:

@@ -19,7 +19,7 @@ from acn.common.stored import stamp_bounds
 from acn.providers.embedders import Embedder
 from acn.storage.base import Filter, Hit, MemoryStore, Record
 from acn.storage.lite.local_index import DISTINCT_FETCH, LocalIndex
-from acn.storage.lite.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, ReadCache, Stamp
+from acn.storage.lite.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, GroupKey, ReadCache, Stamp
 from acn.storage.memory_heads import MemoryHeads
 from acn.storage.memory_queries import MemoryQueries, scope_key
 from acn.storage.memory_rows import (
@@ -30,8 +30,11 @@ from acn.storage.memory_rows import (
     Scored,
     client_id,
     every_row,
+    for_user_rows,
     from_record,
     group_filter,
+    group_turns_user,
+    group_user,
     live_filter,
     memory_spec,
     namespace_filter,
@@ -42,6 +45,9 @@ from acn.storage.memory_rows import (
     stored_ids,
     tenant_filter,
     to_record,
+    user_filter,
+    user_group,
+    user_turns_group,
     with_client_id,
 )
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
@@ -108,10 +114,46 @@ class MemoryRepository(MemoryQueries):
         self._heads_background = warm_in_background
         self.heads.write_order = self.write_order
         if self.cache is not None:
-            self.cache.known_empty = lambda key: self.heads.readable_empty(key[0], Namespace(agent_id=key[1],
-                                                                                             session_id=key[2]))
-            self.cache.member_ids = lambda key: self.heads.member_ids(key[0], Namespace(agent_id=key[1],
-                                                                                        session_id=key[2]))
+            self.cache.known_empty = self._group_known_empty
+            self.cache.member_ids = self._group_member_ids
+
+    def _group_known_empty(self, key: GroupKey) -> bool:
+        user, archive = group_user(key[2]), group_turns_user(key[2])
+        if user is not None:
+            return self.heads.user_empty(key[0], key[1], user)
+        if archive is not None:
+            return self.heads.user_empty(key[0], key[1], archive, "turns")
+        return self.heads.readable_empty(key[0], Namespace(agent_id=key[1], session_id=key[2]))
+
+    def _group_member_ids(self, key: GroupKey) -> list[str] | None:
+        user, archive = group_user(key[2]), group_turns_user(key[2])
+        if user is not None:
+            return self.heads.user_member_ids(key[0], key[1], user)
+        if archive is not None:
+            return self.heads.user_member_ids(key[0], key[1], archive, "turns")
+        return self.heads.member_ids(key[0], Namespace(agent_id=key[1], session_id=key[2]))
+
+    def earlier_messages(self, tenant: str, namespace: Namespace, query: str, *, limit: int) -> list[Memory]:
+        """Return the user's archived messages of their other conversations with the agent that match the query
+        (BM25), best first: what an input asking about an earlier conversation may need. On a Lite file they are
+        searched in an index of the user's archive, loaded when first asked (none of it is read otherwise)."""
+        if not namespace.user_id or not query.strip():
+            return []
+        where = tenant_filter(tenant).and_(Filter(
+            'agent_id == {earlier_agent} and kind == "turn" and user_id == {earlier_user} and '
+            'session_id != {earlier_session} and valid_to == 0',
+            {"earlier_agent": namespace.agent_id, "earlier_user": namespace.user_id,
+             "earlier_session": namespace.session_id}))
+        if self.cache is not None:
+            index = self.cache.group_index((tenant, namespace.agent_id, user_turns_group(namespace.user_id)), where)
+            if index is not None:
+                return [memory for memory, score in index.search_text(query, where, limit, distinct=True)
+                        if score > 0]
+        if self.heads.user_empty(tenant, namespace.agent_id, namespace.user_id, "turns"):
+            return []
+        hits = self._store_hits(self.store.search_text(self.spec.name, query, limit=limit, where=where,
+                                                       fields=OUTPUT_FIELDS))
+        return [memory for memory, score in one_per_text(hits, limit) if score > 0]
 
     @property
     def raw_store(self) -> MemoryStore:
@@ -245,10 +287,11 @@ class MemoryRepository(MemoryQueries):
         # A Lite file: the session's index, once loaded (or known empty from the start), holds every row it can
         # read, kept current by the writes: no scan for the write path's dedup pool.
         flt = tenant_filter(tenant).and_(where).and_(group_filter(namespace.agent_id, namespace.session_id))
-        index = self._local_index(tenant, namespace, flt)
-        if index is None:
+        indexes = self._held_indexes(tenant, namespace, flt)
+        if indexes is None:
             return None
-        return index.records(flt, fields)  # as query_all answers them: the id the client knows
+        return [record for index, where_here in each(indexes, flt)
+                for record in index.records(where_here, fields)]  # as query_all answers them
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -306,6 +349,13 @@ class MemoryRepository(MemoryQueries):
         finally:
             self._forget_all()
 
+    def delete_user(self, tenant: str, user_id: str, agent_id: str | None) -> None:
+        """Delete every row written with this user_id, in every conversation (of one agent, or of every agent)."""
+        try:
+            self.store.delete(self.spec.name, tenant_filter(tenant).and_(user_filter(user_id, agent_id)))
+        finally:
+            self._forget_all()
+
     # -- what the read cache adds (Lite only) ------------------------------------------------
 
     def _after_save(self, tenant: str, memories: list[Memory], records: list[Record], fresh: set[str]) -> None:
@@ -339,6 +389,20 @@ class MemoryRepository(MemoryQueries):
                 self.cache.wait_loaded((tenant, namespace.agent_id, namespace.session_id)):
             index = self.cache.local_index(tenant, namespace, where)
         return index
+
+    def _held_indexes(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
+                      searching: bool = False) -> list[LocalIndex] | None:
+        """Return the in-process indexes of what a namespace reads (Lite): its session's and, with a user_id, its
+        user's (held once for every conversation of the user: a new conversation reads no row of the user's);
+        None while either is not held (the store answers)."""
+        index = self._local_index(tenant, namespace, where, searching=searching)
+        if index is None or not namespace.user_id or self.cache is None:
+            return None if index is None else [index]
+        key = (tenant, namespace.agent_id, user_group(namespace.user_id))
+        users = self.cache.group_index(key, where)
+        if users is None and searching and self.store_cold and self.cache.wait_loaded(key):
+            users = self.cache.group_index(key, where)
+        return None if users is None else [index, users]
 
     def stamp(self, tenant: str, agent_id: str) -> Stamp:
         """Return the write counters an agent's memories depend on: (epoch, agent's writes, shared writes)."""
@@ -380,8 +444,19 @@ class MemoryRepository(MemoryQueries):
             return super(MemoryRepository, self).standing(tenant, namespace, kinds, limit=limit)
         if self.cache is None or "turn" in kinds:  # archived messages do not bump the agent's stamp
             return read()
-        key = ("standing", tenant, scope_key(namespace), tuple(kinds), limit)
+        key = ("standing", tenant, self._reader_key(tenant, namespace), tuple(kinds), limit)
         return list(self.cache.agent_view(tenant, namespace.agent_id, key, read))
+
+    def superseded_key(self, tenant: str, namespace: Namespace) -> Hashable:
+        return ("superseded_in", tenant, self._reader_key(tenant, namespace))
+
+    def _reader_key(self, tenant: str, namespace: Namespace) -> Hashable:
+        """Return what a namespace's reads depend on: its scopes, but a conversation with no row of its own (a
+        returning user's new one) reads exactly what every other such conversation of the user reads, so they share
+        one key (a view computed for one serves the next: no pass over the user's rows per new conversation)."""
+        if self.heads.session_empty(tenant, namespace):
+            return ("rowless", namespace.agent_id, namespace.user_id or "")
+        return scope_key(namespace)
 
     def view(self, key: Hashable, compute: Callable[[], T]) -> T:
         """Return compute(), remembered until a write that could change it (supersede, update, delete).
@@ -454,9 +529,13 @@ class MemoryRepository(MemoryQueries):
         flt = tenant_filter(tenant).and_(where)
         if within is not None:
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
-            index = self._local_index(tenant, within, flt)
-            if index is not None:
-                return index.select_page(flt, offset=offset, limit=limit)
+            indexes = self._held_indexes(tenant, within, flt)
+            if indexes is not None:
+                if len(indexes) == 1:
+                    return indexes[0].select_page(flt, offset=offset, limit=limit)
+                merged = [m for index, where_here in each(indexes, flt)
+                          for m in index.select_page(where_here, offset=0, limit=offset + limit)]
+                return sorted(merged, key=lambda m: (m.created_at, m.id))[offset: offset + limit]
             if self.readable_empty(tenant, within):
                 return []
         rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)
@@ -549,16 +628,19 @@ class MemoryRepository(MemoryQueries):
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
         if not query.strip():
             return []
-        index = self._local_index(tenant, within, flt, searching=True) if within is not None else None
-        if index is None and within is not None and self.readable_empty(tenant, within):
+        indexes = self._held_indexes(tenant, within, flt, searching=True) if within is not None else None
+        if indexes is None and within is not None and self.readable_empty(tenant, within):
             return []
         vector = self._query_vector(query)
         dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit
-        if index is not None:
-            text_hits = index.search_text(text_query or query, flt, text_limit, distinct=distinct)
-            dense_hits = index.search_dense(vector, dense_flt, vector_limit, distinct=distinct) \
-                if vector is not None else []
+        if indexes is not None:
+            text_hits = merged_hits([index.search_text(text_query or query, where_here, text_limit,
+                                                       distinct=distinct)
+                                     for index, where_here in each(indexes, flt)], text_limit, distinct)
+            dense_hits = merged_hits([index.search_dense(vector, where_here, vector_limit, distinct=distinct)
+                                      for index, where_here in each(indexes, dense_flt)],
+                                     vector_limit, distinct) if vector is not None else []
         else:
             self.store_cold = False  # Lite's search structures are built by this search: later loads need not wait
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
@@ -594,3 +676,18 @@ class MemoryRepository(MemoryQueries):
     @staticmethod
     def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:
         return [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in hits]
+
+
+def each(indexes: list[LocalIndex], where: Filter) -> list[tuple[LocalIndex, Filter]]:
+    """Return each held index with the filter it evaluates: the session's as given, the user's (the second) with the
+    session ids blanked (memory_rows.for_user_rows: its answers are kept across the user's conversations)."""
+    return [(index, where if position == 0 else for_user_rows(where)) for position, index in enumerate(indexes)]
+
+
+def merged_hits(lists: list[list[tuple[Memory, float]]], limit: int, distinct: bool) -> list[tuple[Memory, float]]:
+    """Return the hits of several indexes (a session's and its user's) as one list, best first, at most `limit`
+    (one per text when `distinct`). One list is returned as it is: a namespace without a user ranks as before."""
+    if len(lists) == 1:
+        return lists[0]
+    hits = sorted((hit for hits in lists for hit in hits), key=lambda hit: -hit[1])
+    return one_per_text(hits, limit) if distinct else hits[:limit]

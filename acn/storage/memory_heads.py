@@ -50,7 +50,9 @@ PAGE = "page"  # the kind of a member page: up to PAGE_IDS ids of one owner's ro
 PAGE_IDS = 256  # ids a member page holds (a save rewrites the owner's last page: kept small)
 PAGES_A_READ = 32  # member pages asked for in one primary-key lookup
 KNOWN_MEMBERS = 1024  # owners whose member lists are held in process (Lite only), least recently used out
-BUILT = "built"  # the id of the marker row: every memory row has its heads
+# The id of the marker row: every memory row has its heads. "built-u": each user's rows are listed in member pages of
+# their own (a store marked "built" listed them under their agent's: its heads are written again once, at start).
+BUILT = "built-u"
 KNOWN_HEADS = 65_536  # heads remembered in process (present, or on a Lite file absent); least recently used out
 WRITE_CHUNK = 500
 log = logging.getLogger("acn.store")
@@ -86,24 +88,28 @@ def heads_of(tenant: str, rows: Iterable[Memory | Record]) -> dict[HeadKey, int]
     needed: dict[HeadKey, int] = {}
     ceiling = stamp_bounds()[1]
     for row in rows:
-        agent, session, scope, stamp = (
-            (row.agent_id, row.session_id, str(row.scope), max(row.updated_at, row.created_at))
-            if isinstance(row, Memory) else
-            (str(row["agent_id"]), str(row["session_id"]), str(row["scope"]), int(row.get("updated_at") or 0)))
+        agent, session, scope, stamp, user, kind = (
+            (row.agent_id, row.session_id, str(row.scope), max(row.updated_at, row.created_at), row.user_id or "",
+             str(row.kind)) if isinstance(row, Memory) else
+            (str(row["agent_id"]), str(row["session_id"]), str(row["scope"]), int(row.get("updated_at") or 0),
+             str(row.get("user_id") or ""), str(row.get("kind") or "")))
         if stamp > ceiling:
             # A stamp beyond the stored-row bound (acn/common/stored.py) is no clock: a session's clock following
             # it overflowed int64 at its next write. The row still gets its heads (it is read, and reported as
             # dropped there); its stamp does not move them.
             stamp = 0
-        for key in _row_keys(tenant, agent, session, scope):
+        for key in _row_keys(tenant, agent, session, scope, user, kind):
             needed[key] = max(needed.get(key, 0), stamp)
     return needed
 
 
-def owner_of(tenant: str, agent: str, session: str, scope: str) -> HeadKey:
-    """Return the head whose member pages list a row: its session's (session scope), its agent's, or shared."""
+def owner_of(tenant: str, agent: str, session: str, scope: str, user: str = "") -> HeadKey:
+    """Return the head whose member pages list a row: its session's (session scope), its user's (user scope), its
+    agent's (agent scope), or shared."""
     if scope == "session":
         return ("session", tenant, agent, session)
+    if scope == "user":
+        return ("user", tenant, agent, user)
     return ("shared", tenant, "", "") if scope == "shared" else ("agent", tenant, agent, "")
 
 
@@ -111,12 +117,22 @@ def page_id(owner: HeadKey, page: int) -> str:
     return f"{head_id(*owner)}:{page}"
 
 
-def _row_keys(tenant: str, agent: str, session: str, scope: str) -> list[HeadKey]:
+def archive_owner(tenant: str, agent: str, user: str, kind: str) -> HeadKey | None:
+    """Return the head whose member pages list a user's archived message as well (None: not one)."""
+    return ("turns", tenant, agent, user) if kind == "turn" and user else None
+
+
+def _row_keys(tenant: str, agent: str, session: str, scope: str, user: str = "", kind: str = "") -> list[HeadKey]:
     keys: list[HeadKey] = [("session", tenant, agent, session)]  # the clock counts every row of the session
+    archive = archive_owner(tenant, agent, user, kind)
+    if archive is not None:
+        keys.append(archive)
     if scope == "shared":
         keys.append(("shared", tenant, "", ""))
     elif scope != "session":
-        keys.append(("agent", tenant, agent, ""))
+        keys.append(("agent", tenant, agent, ""))  # "the agent has rows other than sessions'" (readable_empty)
+        if scope == "user":
+            keys.append(("user", tenant, agent, user))
     return keys
 
 
@@ -201,15 +217,19 @@ class MemoryHeads:
         try:
             needed: dict[HeadKey, int] = {}
             members: dict[HeadKey, list[str]] = {}
-            for row in scan(["agent_id", "session_id", "scope", "updated_at", "tenant"]):
+            for row in scan(["agent_id", "session_id", "scope", "updated_at", "tenant", "user_id", "kind"]):
                 for key, stamp in heads_of(str(row["tenant"]), [row]).items():
                     needed[key] = max(needed.get(key, 0), stamp)
                 if self.paged:
                     owner = owner_of(str(row["tenant"]), str(row["agent_id"]), str(row["session_id"]),
-                                     str(row["scope"]))
+                                     str(row["scope"]), str(row.get("user_id") or ""))
                     # The key the row has once ids are scoped (a store from before is moved at start, maybe while
                     # this runs: memories.scope_legacy_ids), so pages never list a key that is about to go.
                     members.setdefault(owner, []).append(stored_id(str(row["tenant"]), str(row["id"])))
+                    archive = archive_owner(str(row["tenant"]), str(row["agent_id"]), str(row.get("user_id") or ""),
+                                            str(row.get("kind") or ""))
+                    if archive is not None:  # a user's archived message: listed in their archive's pages too
+                        members.setdefault(archive, []).append(stored_id(str(row["tenant"]), str(row["id"])))
             for owner, ids in members.items():
                 with self.write_order:  # with what saves meanwhile listed (member pages are read first)
                     self.store.upsert(self.spec.name, self._list(owner, ids))
@@ -313,6 +333,16 @@ class MemoryHeads:
                 self._remember(key, max(high, self._known.get(key) or 0))
         return found
 
+    def recent_users(self, limit: int) -> list[tuple[str, str, str]]:
+        """Return up to `limit` users that hold user-scope rows, most recently written first: (tenant, agent, user).
+        One read of the heads collection, for the start-up warmer (off the request path)."""
+        if not self.ready.is_set():
+            return []
+        rows = self.store.query(self.spec.name, Filter('kind == "user"'),
+                                fields=["tenant", "agent_id", "session_id", "high_ms"], limit=QUERY_WINDOW)
+        rows.sort(key=lambda row: int(row["high_ms"]), reverse=True)
+        return [(str(row["tenant"]), str(row["agent_id"]), str(row["session_id"])) for row in rows[:limit]]
+
     def member_ids(self, tenant: str, namespace: Namespace) -> list[str] | None:
         """Return the ids of every row a session can read, by primary-key reads of member pages (None: not kept:
         against a server, or while heads are being built)."""
@@ -325,6 +355,22 @@ class MemoryHeads:
             if found.get(key) is not None:
                 ids += [member for page in self._pages(key) for member in page]
         return ids
+
+    def user_empty(self, tenant: str, agent_id: str, user_id: str, kind: str = "user") -> bool:
+        """Return True when the user certainly holds no user-scope row with the agent (kind "turns": no archived
+        message of any of their conversations)."""
+        key: HeadKey = (kind, tenant, agent_id, user_id)
+        return self.ready.is_set() and self._lookup([key]).get(key) is None
+
+    def user_member_ids(self, tenant: str, agent_id: str, user_id: str, kind: str = "user") -> list[str] | None:
+        """Return the ids of the user's user-scope rows with the agent (kind "turns": their archived messages),
+        from the member pages (None: not kept)."""
+        if not self.paged or not self.pages_ready.is_set():
+            return None
+        key: HeadKey = (kind, tenant, agent_id, user_id)
+        if self._lookup([key]).get(key) is None:
+            return []
+        return [member for page in self._pages(key) for member in page]
 
     def _pages(self, owner: HeadKey) -> list[list[str]]:
         with self._lock:
@@ -388,16 +434,20 @@ class MemoryHeads:
             owners: dict[HeadKey, list[str]] = {}
             for memory in memories:
                 # The rows' primary keys (tenant-scoped, memory_rows.stored_id): pages are read by `id in [...]`.
-                owners.setdefault(owner_of(tenant, memory.agent_id, memory.session_id, str(memory.scope)),
-                                  []).append(stored_id(tenant, memory.id))
+                owners.setdefault(owner_of(tenant, memory.agent_id, memory.session_id, str(memory.scope),
+                                           memory.user_id or ""), []).append(stored_id(tenant, memory.id))
+                archive = archive_owner(tenant, memory.agent_id, memory.user_id or "", str(memory.kind))
+                if archive is not None:
+                    owners.setdefault(archive, []).append(stored_id(tenant, memory.id))
             for owner, ids in owners.items():
                 pages += self._list(owner, ids)
         with self._lock:
             known = {key: self._known.get(key) for key in needed}
         # A session's mark moves with every save (the clock reads it after a restart); an agent's or a tenant's
         # head only says "there are rows" and is written once.
+        # A user's mark moves too: the start-up warmer loads the most recently written users' indexes first.
         wanted = {key: max(stamp, known[key] or 0) for key, stamp in needed.items()
-                  if known[key] is None or (key[0] == "session" and stamp > (known[key] or 0))}
+                  if known[key] is None or (key[0] in ("session", "user") and stamp > (known[key] or 0))}
         if wanted or pages:
             self._write(wanted, pages)  # one upsert: heads and pages
 

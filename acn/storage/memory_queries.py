@@ -23,6 +23,7 @@ from acn.storage.memory_rows import (
     scope_filter,
     session_filter,
     stored_ids,
+    user_filter,
 )
 
 
@@ -157,3 +158,20 @@ class MemoryQueries(ABC):
     def count_in(self, tenant: str, agent_id: str, session_id: str | None, user_id: str | None) -> int:
         """Return how many rows an agent (or one session, one user of it) holds, up to the store's window."""
         return self.count(tenant, namespace_filter(tenant, agent_id, session_id, user_id))
+
+    # -- forgetting a user -------------------------------------------------------------------------------------
+
+    def conversations_of(self, tenant: str, user_id: str, agent_id: str | None) -> set[tuple[str, str]]:
+        """Return the (agent, session) of every conversation holding a row written with this user_id."""
+        rows = self.query_all(tenant, user_filter(user_id, agent_id), ["agent_id", "session_id"])
+        return {(str(row["agent_id"]), str(row["session_id"])) for row in rows}
+
+    def count_user(self, tenant: str, user_id: str, agent_id: str | None) -> int:
+        """Return how many rows were written with this user_id (of one agent, or of every agent)."""
+        return len(self.query_all(tenant, user_filter(user_id, agent_id), ["id"]))
+
+    def others_in(self, tenant: str, agent_id: str, session_id: str, user_id: str) -> bool:
+        """Return True when a conversation holds a row another user (or no user) wrote."""
+        where = namespace_filter(tenant, agent_id, session_id, None).and_(
+            Filter("user_id != {other_user}", {"other_user": user_id}))
+        return bool(self.find(tenant, where, limit=1))

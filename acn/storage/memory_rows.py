@@ -169,6 +169,71 @@ def group_filter(agent_id: str, session_id: str) -> Filter:
                   ' or scope == "shared"', {"group_agent": agent_id, "group_session": session_id})
 
 
+# A user's rows (scope user) are held apart from any session's (Lite): in an index of their own, shared by every
+# conversation of the user, under a group key whose third part is USER_GROUP and the user id ("~" is outside the
+# identifier alphabet: no session id starts so).
+USER_GROUP = "~user~"
+
+
+def user_group(user_id: str) -> str:
+    """Return the group-key part naming a user's own rows (see USER_GROUP)."""
+    return USER_GROUP + user_id
+
+
+# The archived messages of every conversation of a user with an agent, held apart again (read only when an input
+# asks about an earlier conversation: MemoryRepository.earlier_messages).
+USER_TURNS = "~turns~"
+
+
+def user_turns_group(user_id: str) -> str:
+    """Return the group-key part naming a user's archived messages of all their conversations (see USER_TURNS)."""
+    return USER_TURNS + user_id
+
+
+def group_user(part: str) -> str | None:
+    """Return the user id a group-key part names, or None for a session's group (or a user's archive)."""
+    return part[len(USER_GROUP):] if part.startswith(USER_GROUP) else None
+
+
+def group_turns_user(part: str) -> str | None:
+    """Return the user id whose archived messages a group-key part names, or None."""
+    return part[len(USER_TURNS):] if part.startswith(USER_TURNS) else None
+
+
+def is_session_group(part: str) -> bool:
+    """Return True when a group-key part names a session (not a user's rows or archive)."""
+    return not part.startswith("~")
+
+
+def held_group_filter(agent_id: str, part: str) -> Filter:
+    """Return the rows an in-process index of a group holds: a session's (its own, its agent's agent-scope rows,
+    the shared ones: no user's rows), a user's (their user-scope rows of the agent), or a user's archive (their
+    archived messages of every conversation with the agent)."""
+    archive = group_turns_user(part)
+    if archive is not None:
+        return Filter('agent_id == {group_agent} and kind == "turn" and user_id == {group_user}',
+                      {"group_agent": agent_id, "group_user": archive})
+    user = group_user(part)
+    if user is not None:
+        return Filter('agent_id == {group_agent} and scope == "user" and user_id == {group_user}',
+                      {"group_agent": agent_id, "group_user": user})
+    return Filter('(agent_id == {group_agent} and scope != "user" and (scope != "session" or session_id == '
+                  '{group_session})) or scope == "shared"', {"group_agent": agent_id, "group_session": part})
+
+
+# Parameters whose clauses test a session id only together with `scope == "session"` (scope_filter) or
+# `scope != "session"` (group_filter): on a user's rows (scope user) their value cannot change the answer.
+SESSION_GUARDED = ("scope_session", "group_session")
+
+
+def for_user_rows(where: Filter) -> Filter:
+    """Return the filter as a user's index evaluates it: the session ids of SESSION_GUARDED clauses blanked, so that
+    every conversation of the user asks the same question of the user's rows (the index keeps its answer)."""
+    if not any(name in where.params for name in SESSION_GUARDED):
+        return where
+    return Filter(where.template, {k: ("" if k in SESSION_GUARDED else v) for k, v in where.params.items()})
+
+
 def session_filter(tenant: str, namespace: Namespace) -> Filter:
     """Return the filter of one session's rows."""
     return Filter("tenant == {session_tenant} and agent_id == {session_agent} and session_id == {session_id}",
@@ -183,6 +248,15 @@ def namespace_filter(tenant: str, agent_id: str, session_id: str | None, user_id
         flt = flt.and_(Filter("session_id == {namespace_session}", {"namespace_session": session_id}))
     if user_id:
         flt = flt.and_(Filter("user_id == {namespace_user}", {"namespace_user": user_id}))
+    return flt
+
+
+def user_filter(user_id: str, agent_id: str | None = None) -> Filter:
+    """Return the filter of every row written with this user_id (any scope, any conversation), optionally of one
+    agent: what forgetting a user deletes."""
+    flt = Filter("user_id == {forget_user}", {"forget_user": user_id})
+    if agent_id:
+        flt = flt.and_(Filter("agent_id == {forget_agent}", {"forget_agent": agent_id}))
     return flt
 
 

@@ -22,3 +22,16 @@ _IDENTITY_OR_RULES = re.compile(
 def needs_memory(query: str) -> bool:
     """Return True when a query refers back to earlier turns or asks about the user, rules or key facts."""
     return bool(_BACK_REFERENCE.search(query) or _IDENTITY_OR_RULES.search(query))
+
+
+# An earlier conversation, not an earlier turn of this one ("那个" and "刚才" stay within the conversation).
+_EARLIER_CONVERSATION = re.compile(
+    r"上次|上回|上一次|之前|以前|那次|前几天|前两天|上周|上个月|上礼拜|"
+    r"\b(last time|previously|before|the other day|last week|last month|earlier)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_earlier_conversation(query: str) -> bool:
+    """Return True when a query may refer to an earlier conversation ("上次说的那个退款怎么样了？")."""
+    return bool(_EARLIER_CONVERSATION.search(query))

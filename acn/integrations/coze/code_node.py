@@ -1,6 +1,8 @@
 # Coze code node (Python): assemble the context for this turn from the Agent Context Nodes server.
 # Declare inputs: base_url (String), api_key (String), agent_id (String), session_id (String),
-#                 user_input (String), system_prompt (String), max_tokens (Integer, optional).
+#                 user_input (String), system_prompt (String), max_tokens (Integer, optional),
+#                 user_id (String, optional: the end user, so what they said of themselves follows them into their
+#                 next conversations; an identifier, ^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$).
 # Declare outputs: system_text (String), prompt (String), memory_text (String), messages_json (String),
 #                  total_tokens (Integer).
 # Coze runs `main` with `args.params` holding the inputs; `Args` and `Output` are defined by the runner.
@@ -22,6 +24,8 @@ async def main(args: Args) -> Output:  # noqa: F821 - Args and Output come from 
     body = {"agent_id": params["agent_id"], "session_id": params["session_id"],
             "user_input": params.get("user_input") or "", "system_prompt": params.get("system_prompt") or "",
             "max_tokens": int(params.get("max_tokens") or 4000)}
+    if params.get("user_id"):
+        body["user_id"] = str(params["user_id"])
     async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0)) as client:
         response = await client.post(f"{base_url}/v1/nodes/assemble", json=body, headers=headers)
     data = response.json()

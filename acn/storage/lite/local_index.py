@@ -19,7 +19,7 @@ import itertools
 import math
 import threading
 from array import array
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +49,7 @@ BUILT_ROWS = 2048
 MEMORY_BYTES = 1500
 # Filters whose matching rows are kept as a bit mask (one per namespace and kind set a caller asks with).
 CACHED_MASKS = 32
+CACHED_PAGES = 32  # select_page answers kept per index (see LocalIndex._pages)
 # A row's stored fields, in this order in its tuple; the text is `content`, the vector is kept apart.
 ROW_FIELDS = ("id", "content", *MEMORY_FIELDS, EMBEDDED_FIELD)
 _AT = {field: at for at, field in enumerate(ROW_FIELDS)}
@@ -111,6 +112,10 @@ class LocalIndex:
         # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
         self._pending: set[int] = set()
         self._built: dict[int, tuple[Row, Memory]] = {}  # slot -> (the row it was built of, its Memory)
+        # The last pages select_page answered, each with the write count it was read at: a user's index is read
+        # by every conversation of the user with the same filters (memory_rows.for_user_rows), so a new
+        # conversation's standing memories and superseded values cost no pass over the user's rows.
+        self._pages: OrderedDict[Hashable, tuple[int, list[Memory]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -332,7 +337,12 @@ class LocalIndex:
     def select_page(self, where: Filter, *, offset: int, limit: int) -> list[Memory]:
         """Return the rows matching the filter ordered by (created_at, id), from `offset`, at most `limit`: as
         sorting `select` would, with Memory objects built only for the page."""
+        key = (where.cache_key(), offset, limit)
         with self._lock:
+            kept = self._pages.get(key)
+            if kept is not None and kept[0] == self._writes:
+                self._pages.move_to_end(key)
+                return list(kept[1])
             slots = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
             end = offset + limit
             if len(slots) > end > 0:  # only rows created no later than the end-th are sorted by id as well
@@ -341,7 +351,11 @@ class LocalIndex:
                 slots = slots[created <= bound]
             rows = self._rows
             ordered = sorted(slots.tolist(), key=lambda slot: (rows[slot][_CREATED], _client_id(rows[slot])))
-            return self._memories(ordered[offset: offset + limit])
+            page = self._memories(ordered[offset: offset + limit])
+            self._pages[key] = (self._writes, page)
+            while len(self._pages) > CACHED_PAGES:
+                self._pages.popitem(last=False)
+            return list(page)
 
     def records(self, where: Filter, fields: list[str]) -> list[Record]:
         """Return the rows matching the filter as the store path answers them (query_all: the id the client

@@ -34,8 +34,11 @@ from acn.storage.memory_rows import (
     OUTPUT_FIELDS,
     QUERY_WINDOW,
     from_record,
-    group_filter,
+    group_turns_user,
+    group_user,
+    held_group_filter,
     id_range,
+    is_session_group,
     session_filter,
     tenant_filter,
 )
@@ -216,8 +219,14 @@ class ReadCache:
         for key in (*self._indexes, *loading):
             if key[0] != tenant or not (shared or key[1] in by_agent):
                 continue
-            mine = shared + [(m, r) for m, r in by_agent.get(key[1], ())
-                             if m.scope != "session" or m.session_id == key[2]]
+            user, archive = group_user(key[2]), group_turns_user(key[2])
+            if user is not None:  # a user's index: their user-scope rows only
+                mine = [(m, r) for m, r in by_agent.get(key[1], ()) if m.scope == "user" and m.user_id == user]
+            elif archive is not None:  # a user's archive: their archived messages of every conversation
+                mine = [(m, r) for m, r in by_agent.get(key[1], ()) if m.kind == "turn" and m.user_id == archive]
+            else:  # a session's: its own rows, its agent's agent-scope rows, the shared ones (no user's)
+                mine = shared + [(m, r) for m, r in by_agent.get(key[1], ())
+                                 if m.scope == "agent" or (m.scope == "session" and m.session_id == key[2])]
             if not mine:
                 continue
             index = self._indexes.get(key)
@@ -379,7 +388,8 @@ class ReadCache:
 
     def local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
                     wait: bool = False) -> LocalIndex | None:
-        """Return the in-memory index of the rows a session can read, or None: the store answers.
+        """Return the in-memory index of a session's rows (its own, its agent's agent-scope rows, the shared ones;
+        a user's rows are in the user's index: group_index with memory_rows.user_group), or None: the store answers.
 
         None when `where` uses syntax the index cannot evaluate, when the session can read more rows than one
         store query returns (or, listed by id, more than index_rows), or while the index loads. A session's first
@@ -388,9 +398,13 @@ class ReadCache:
         it on the caller's thread, except a session listed by id (member pages), loaded on the caller's thread up
         to LISTED_LOAD_ROWS rows and on the background thread beyond (unless `wait`).
         """
+        return self.group_index((tenant, namespace.agent_id, namespace.session_id), where, wait=wait)
+
+    def group_index(self, key: GroupKey, where: Filter | None = None, *, wait: bool = False) -> LocalIndex | None:
+        """Return the in-memory index of a group's rows (a session's, or a user's: memory_rows.held_group_filter),
+        or None: the store answers (see local_index)."""
         if not self._index_rows or (where is not None and not supported(where)):
             return None
-        key = (tenant, namespace.agent_id, namespace.session_id)
         with self._lock:
             prewarming = self._prewarming.get(key)
         if prewarming is not None:  # loaded by id by the start-up warmer: a short wait, no second load
@@ -403,14 +417,14 @@ class ReadCache:
                 return index
             if self._index_loads.busy(key):
                 return None
-            has_sibling = self._sibling(key) is not None
+            has_sibling = is_session_group(key[2]) and self._sibling(key) is not None
         listed = None if self.known_empty(key) else self._listed_ids(key)
         if listed is not None and len(listed) > LISTED_LOAD_ROWS and self._background and not wait:
             self._warm_later(key)  # large: loaded by id off the request path; the store answers meanwhile
             return None
         if listed is not None or self.known_empty(key):  # no scan: load it now
             return self._load_index(key)
-        if has_sibling and self._sessions_with_rows(tenant, namespace.agent_id) is not None:
+        if has_sibling and self._sessions_with_rows(key[0], key[1]) is not None:
             with self._lock:  # checked again: a write or a load may have come in between
                 index = self._indexes.get(key)
                 if index is None and not self._index_loads.busy(key):
@@ -541,7 +555,7 @@ class ReadCache:
         if self.known_empty(key):  # writes that land meanwhile are replayed onto it (_index_loads)
             return LocalIndex(self._dense_dim)
         fields = OUTPUT_FIELDS + (["dense"] if self._dense_dim else []) + self.extra_fields
-        where = tenant_filter(key[0]).and_(group_filter(*key[1:]))
+        where = tenant_filter(key[0]).and_(held_group_filter(key[1], key[2]))
         listed = self._listed_ids(key)
         if listed is not None:
             rows = self._rows_by_id(key[0], listed, fields)
@@ -634,12 +648,13 @@ class ReadCache:
 
     def _sibling(self, key: GroupKey) -> LocalIndex | None:
         """Return a loaded index of another session of the same agent (called with the lock held)."""
-        return next((index for other, index in self._indexes.items() if other[:2] == key[:2]), None)
+        return next((index for other, index in self._indexes.items()
+                     if other[:2] == key[:2] and is_session_group(other[2])), None)
 
     def _sibling_view(self, key: GroupKey) -> LocalIndex | None:
         """Return and keep the index of a session known to hold no rows of its own, built from a sibling's.
 
-        A session reads its own rows, its agent's other-scope rows and the shared rows (group_filter); a sibling
+        A session reads its own rows, its agent's agent-scope rows and the shared rows (held_group_filter); a sibling
         reads the same but for its own session rows, so those are all that is left out. Called with the
         lock held: no write lands between the check and the copy, and later writes reach the new index.
         """
@@ -647,7 +662,7 @@ class ReadCache:
         sibling = self._sibling(key)
         if sessions is None or key[2] in sessions or sibling is None:
             return None
-        index = sibling.subset(Filter('scope != "session"'))
+        index = sibling.subset(Filter('scope != "session" and scope != "user"'))
         self._install(key, index)
         return index
 
