@@ -1,0 +1,54 @@
+"""A restarted server's first calls (issue 47): what a first call used to pay for once per process is done before
+ready, or not at all."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pymilvus.client.utils import SciPyHelper
+
+from acn.server import create_app
+from acn.storage.base import CollectionSpec
+from acn.storage.milvus import QUIET_SECONDS, MilvusStore
+from tests.conftest import make_settings
+
+INTERVAL = 0.3  # the store's flush interval in the test below (seconds)
+
+
+def test_start_up_makes_pymilvus_sparse_input_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pymilvus imports scipy.sparse the first time an insert asks whether a field is a sparse matrix (0.2-0.7 s, under
+    # the store's write lock): start-up asks first, so a restarted server's first write does not.
+    monkeypatch.setattr(SciPyHelper, "_checked", False)
+    app = create_app(make_settings(tmp_path))
+    try:
+        assert SciPyHelper._checked
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_a_first_write_after_a_quiet_spell_is_not_flushed_at_once(tmp_path: Path) -> None:
+    # The timer counts from the oldest unflushed write, not from the last flush: after a quiet spell (a restart, a
+    # chat resumed) a request's first write found the timer long due, and the flusher flushed under the request
+    # while it still wrote (its next write waited for the flush).
+    store = MilvusStore(str(tmp_path / "memory.db"), flush_interval=INTERVAL).open()
+    try:
+        store._stop.set()  # the flusher stops: the test asks _flush_due itself, with the times it names
+        assert store._flusher is not None
+        store._flusher.join()
+        store.ensure(CollectionSpec(name="quiet", scalar_fields={"n": "int64"}, text_field="text"))
+        time.sleep(INTERVAL + 0.1)  # longer than the interval since the store opened: a quiet spell
+        store.insert("quiet", [{"id": "a", "text": "first", "n": 1}])
+        written = store._last_write
+        assert not store._flush_due(written + QUIET_SECONDS / 2)  # while the request is still writing
+        assert store._flush_due(written + QUIET_SECONDS + 0.01)  # once its writes pause
+        with store.background():  # a background write makes no pause flush due: only the timer flushes it
+            store.insert("quiet", [{"id": "b", "text": "second", "n": 2}])
+        store._requests_unflushed = 0
+        assert not store._flush_due(written + INTERVAL / 2)
+        assert store._flush_due(written + INTERVAL + 0.01)  # the oldest unflushed write is INTERVAL old
+        store.flush()
+        assert not store._flush_due(written + 10 * INTERVAL)  # nothing left to flush
+    finally:
+        store.close()
