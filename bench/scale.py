@@ -218,8 +218,9 @@ def restarted(config: Config, report: Report, store: Path, rng: random.Random) -
             for node in NODES:
                 old = [session(config.sessions - 1 - i - NODES.index(node) * config.probes)
                        for i in range(config.probes)]
-                cases = [("existing session", old), ("new session",
-                         [{"agent_id": f"later-{node}-{i}", "session_id": "chat"} for i in range(config.probes)])]
+                cases = [("existing session", old)] if config.memories else []  # (a store of the namespace alone)
+                cases.append(("new session", [{"agent_id": f"later-{node}-{i}", "session_id": "chat"}
+                                              for i in range(config.probes)]))
                 if config.namespace:
                     cases.append((f"namespace of {config.namespace:,}", [BIG]))
                 for label, namespaces in cases:
