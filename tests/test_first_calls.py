@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymilvus.client.cache import GlobalCache, SchemaCache
+from pymilvus.client.grpc_handler import GrpcHandler
 from pymilvus.client.utils import SciPyHelper
 
 from acn.common.models import Namespace
@@ -125,3 +127,29 @@ def test_a_new_filter_is_tested_once_per_distinct_value_of_the_fields_it_reads(m
         fields = {tuple(r.get(f) for f in local_index.read_fields(where)) for r in records}
         # once per distinct combination; row by row where most rows differ (created_at: every row)
         assert len(tested) == (len(fields) if len(fields) <= 0.25 * len(records) + 16 else len(records))
+
+
+def test_prepared_writes_describe_no_collection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process's first upsert into a collection and its first insert into the memories collection each asked the
+    # store to describe it (pymilvus's schema cache, the column insert): ~20 ms of a restarted server's first
+    # record_turn. The start-up warmer has them fetched first (MilvusStore.prepare_writes).
+    store = MilvusStore(str(tmp_path / "memory.db")).open()
+    try:
+        for name in ("rows", "heads"):
+            store.ensure(CollectionSpec(name=name, scalar_fields={"n": "int64"}, text_field="text"))
+        monkeypatch.setattr(GlobalCache, "schema", SchemaCache())  # as a new process: nothing cached
+        store.prepare_writes("rows")
+        described: list[str] = []
+        describe = GrpcHandler.describe_collection
+
+        def counted(self: GrpcHandler, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+            described.append(collection_name)
+            return describe(self, collection_name, *args, **kwargs)
+
+        monkeypatch.setattr(GrpcHandler, "describe_collection", counted)
+        store.insert("rows", [{"id": "a", "text": "first", "n": 1}])
+        store.upsert("heads", [{"id": "h", "text": "head", "n": 2}])
+        store.upsert("rows", [{"id": "a", "text": "again", "n": 3}])
+        assert described == []
+    finally:
+        store.close()

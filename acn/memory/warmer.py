@@ -123,6 +123,9 @@ class Warmer:
                 heads.building.join()
             if self.memories.warming is not None:
                 self.memories.warming.join()
+            prepare = getattr(self.memories.store, "prepare_writes", None)
+            if callable(prepare):  # what the first write of this process asks the store for once (milvus.py)
+                prepare(self.memories.spec.name)
             recent = [(tenant, namespace) for tenant, namespace, _ in heads.recent_sessions(self.sessions)]
             self.listed = len(recent)
             planned = self.memories.cache is not None

@@ -286,6 +286,24 @@ class MilvusStore(MemoryStore):
         if records:
             self._write(collection, len(records), lambda c: self._insert(c, collection, records))
 
+    def prepare_writes(self, inserted: str) -> None:
+        """Fetch now what this process's first writes ask a Lite store for: pymilvus's cached schema of each
+        collection (every upsert and row insert builds its request from it: a describe on the first) and the column
+        insert of `inserted` (ColumnInsert.of: another). Measured after a restart on a 10k namespace: ~20 ms of a
+        first record_turn's ~31 ms of CPU (~12 ms warm). Called by the start-up warmer; yields to requests."""
+        if self.is_server:
+            return
+        with self.background(), self._write_lock:  # _columns changes under the write lock (see _insert)
+            if self._client is None:
+                return
+            if inserted not in self._columns:
+                self._columns[inserted] = ColumnInsert.of(self._client, inserted)
+            for collection in sorted(self._collections):
+                try:
+                    self._client._get_connection()._get_schema(collection)  # noqa: SLF001 (see column_insert.py)
+                except Exception:  # another pymilvus: the first write fetches it, as before
+                    log.debug("collection %s: schema not fetched ahead", collection, exc_info=True)
+
     def _insert(self, client: MilvusClient, collection: str, records: list[Record]) -> None:
         """Insert by columns where that builds the same request (Lite: lite/column_insert.py), else by rows."""
         if not self.is_server and collection not in self._columns:
