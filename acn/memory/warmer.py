@@ -14,8 +14,9 @@ are tested once (acn/assembly/warm.py); against a server the dedup pool only (ke
 brought up to date from the store by the next batch). At most WARM_SESSIONS sessions, within `budget_bytes`
 (ACN_WARM_MB): a session not warmed works as before, its first call loading what it needs. On a Lite file a session
 of up to ACN_LOCAL_INDEX_ROWS rows is warmed (a namespace of 100k: ~150 MB with its pool, ~1 min), and the sessions
-that fit are warmed least recent first (Warmer.plan). Last, the full garbage collection the pass made due
-(collect_garbage). /readyz answers 503 ("warming") until the pass is done.
+that fit are warmed least recent first (Warmer.plan). First, what a process's first writes ask Lite to describe
+(MilvusStore.prepare_writes); last, the full garbage collection the pass made due (collect_garbage). /readyz
+answers 503 ("warming") until the pass is done.
 
 Why it stays correct: nothing warmed is trusted blindly. A session index loads through the read cache's
 load-once protocol (writes landing meanwhile are replayed onto it, a delete discards it); a Lite pool is parked
