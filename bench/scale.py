@@ -12,6 +12,8 @@ Everything goes through HTTP to `python server.py` on a Lite file, as an operato
    of `--probes` sessions, beside the warm median of the calls that follow in the same session.
 3. Restart: a new server process on the same file: ms to /healthz and to /readyz; then the first call of a session
    written before the restart, of the big namespace, and of a new session, each beside its warm median; RSS.
+4. Before ready (unless --no-before-ready): another restart, and the big namespace's first memory_retrieve sent as
+   soon as /healthz answers, while /readyz still says 503 (one process, no load balancer holding traffic back).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +38,7 @@ from bench.namespace import rss_mb
 from bench.perf import OverHttp, memory_text, say, serve, wait_healthy
 
 KINDS = ("fact", "fact", "decision", "preference", "constraint")
-NODES = ("memory_write", "record_turn", "assemble")
+NODES = ("memory_write", "record_turn", "assemble", "memory_retrieve")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class Config:
     probes: int = 5
     warm_calls: int = 5
     embedder: str = "none"
+    before_ready: bool = True
+    filled: str = ""  # a folder holding a store this bench filled (memory.db): restarts on a copy, no fill
 
 
 QUICK = Config(memories=100_000, sessions=200, namespace=10_000, step=20_000)
@@ -66,6 +71,8 @@ class Report:
     healthy_ms: float = 0.0
     ready_ms: float = 0.0
     firsts: list[tuple[str, str, float, float]] = field(default_factory=list)  # (when, node, first ms, warm ms)
+    # The big namespace's first memory_retrieve sent as soon as /healthz answered: (ms, /readyz status before it).
+    before_ready: tuple[float, int] | None = None
 
 
 def items(rng: random.Random, count: int) -> list[dict[str, Any]]:
@@ -80,6 +87,8 @@ def body(node: str, namespace: dict[str, str], rng: random.Random) -> dict[str, 
     if node == "record_turn":
         return {**namespace, "messages": [{"role": "user", "content": question},
                                           {"role": "assistant", "content": content}]}
+    if node == "memory_retrieve":
+        return {**namespace, "query": question, "top_k": 10}
     return {**namespace, "user_input": question, "mode": "focused", "max_tokens": 2000}
 
 
@@ -176,6 +185,9 @@ def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 600
 def run(config: Config, folder: Path) -> Report:
     report, rng = Report(config), random.Random(33)
     store = folder / "memory.db"
+    if config.filled:  # a store filled before (the same shape): only the restarts are measured, on a copy
+        shutil.copytree(Path(config.filled) / "memory.db", store)
+        return restarted(config, report, store, rng)
     with serve(store, config.embedder) as (base, process, _):
         wait_healthy(base, process)
         with closing(OverHttp(base)) as client:
@@ -189,6 +201,11 @@ def run(config: Config, folder: Path) -> Report:
                 first, warm = first_and_warm(client, node, fresh, config.warm_calls, rng)
                 report.firsts.append(("warm server", f"new session: {node}", first, warm))
                 say(f"new session, {node}: first {first:.0f} ms, warm {warm:.0f} ms")
+    return restarted(config, report, store, rng)
+
+
+def restarted(config: Config, report: Report, store: Path, rng: random.Random) -> Report:
+    """Measure the restarts of a filled store (steps 3 and 4)."""
     report.disk_mb = disk_mb(store)
     with serve(store, config.embedder) as (base, process, started):
         wait_healthy(base, process)
@@ -201,8 +218,9 @@ def run(config: Config, folder: Path) -> Report:
             for node in NODES:
                 old = [session(config.sessions - 1 - i - NODES.index(node) * config.probes)
                        for i in range(config.probes)]
-                cases = [("existing session", old), ("new session",
-                         [{"agent_id": f"later-{node}-{i}", "session_id": "chat"} for i in range(config.probes)])]
+                cases = [("existing session", old)] if config.memories else []  # (a store of the namespace alone)
+                cases.append(("new session", [{"agent_id": f"later-{node}-{i}", "session_id": "chat"}
+                                              for i in range(config.probes)]))
                 if config.namespace:
                     cases.append((f"namespace of {config.namespace:,}", [BIG]))
                 for label, namespaces in cases:
@@ -210,6 +228,14 @@ def run(config: Config, folder: Path) -> Report:
                     report.firsts.append(("after a restart", f"{label}: {node}", first, warm))
                     say(f"after a restart, {label}, {node}: first {first:.0f} ms, warm {warm:.0f} ms")
             report.rss_mb["after a restart and the probes"] = rss_mb(process.pid)
+    if config.before_ready and config.namespace:
+        with serve(store, config.embedder) as (base, process, _), closing(OverHttp(base)) as client:
+            wait_healthy(base, process)
+            status = requests.get(f"{base}/readyz", timeout=10).status_code
+            report.before_ready = (timed(client, "memory_retrieve", body("memory_retrieve", BIG, rng)), status)
+            say(f"before ready (/readyz {status}): the namespace's first memory_retrieve "
+                f"{report.before_ready[0]:.0f} ms")
+            wait_ready(base, process)
     return report
 
 
@@ -230,6 +256,9 @@ def markdown(report: Report, command: str) -> str:
               "| when | call | first (ms) | warm median (ms) | first / warm |", "|---|---|---|---|---|"]
     lines += [f"| {when} | {call} | {first:,.0f} | {warm:,.1f} | {first / max(warm, 1e-9):.1f}× |"
               for when, call, first, warm in report.firsts]
+    if report.before_ready is not None:
+        lines += ["", f"Before ready (another restart; /readyz answered {report.before_ready[1]} just before): the "
+                  f"namespace's first memory_retrieve as soon as /healthz answered: {report.before_ready[0]:,.0f} ms."]
     return "\n".join(lines) + "\n"
 
 
@@ -243,6 +272,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--probes", type=int)
     parser.add_argument("--embedder", choices=["none", "use"], default="none")
+    parser.add_argument("--no-before-ready", dest="before_ready", action="store_false",
+                        help="skip the restart whose first call is sent before /readyz says ready")
+    parser.add_argument("--filled", help="a folder with a store filled before (memory.db): measure its restarts only")
     parser.add_argument("--dir", type=Path, help="where the store goes (default: a temporary folder)")
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
     args = parser.parse_args()

@@ -28,7 +28,7 @@ from acn.storage.crypto import SnapshotCipher
 from acn.storage.embedding_backlog import EmbeddingBacklog
 from acn.storage.lite.tokens import share_segmentation
 from acn.storage.memories import MemoryRepository
-from acn.storage.milvus import MilvusStore, open_store
+from acn.storage.milvus import MilvusStore, open_store, warm_insert_checks
 from acn.storage.sealed import RefusedStore, RowSealer
 from acn.storage.sessions import SessionRepository
 from acn.storage.store_facts import check_encryption, read_fact, store_secret, write_fact
@@ -127,7 +127,8 @@ class Runtime:
         jieba_thread = threading.Thread(target=_load_jieba, args=(cache, not settings.is_server_uri),
                                         name="acn-jieba", daemon=True)
         jieba_thread.start()
-        warming = [jieba_thread]
+        warming = [jieba_thread, threading.Thread(target=warm_insert_checks, name="acn-insert-warm", daemon=True)]
+        warming[-1].start()
         tokenizer = load_tokenizer(settings.tokenizer, cache)
         store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
                                                db_name=settings.milvus_db, flush_every=settings.flush_every_writes,

@@ -52,6 +52,21 @@ def tuple_predicate(where: Filter, positions: tuple[str, ...]) -> Callable[[tupl
     return cast(Callable[[tuple[Any, ...]], bool], _compile(where.template, positions)(where.params))
 
 
+def read_fields(where: Filter) -> tuple[str, ...]:
+    """Return the fields the filter reads, each once, in the order it names them (its answer for a row depends on
+    these alone)."""
+    return _fields(where.template)
+
+
+@lru_cache(maxsize=512)
+def _fields(template: str) -> tuple[str, ...]:
+    tokens = _tokens(template)
+    parser = _Parser(tokens, {})
+    if tokens:
+        parser.expression()
+    return tuple(dict.fromkeys(parser.fields))
+
+
 def supported(where: Filter) -> bool:
     """Return True when the filter's syntax is within the grammar (so `predicate` will not refuse it)."""
     try:
@@ -97,6 +112,7 @@ class _Parser:
         self.tokens = tokens
         self.position = 0
         self.positions = positions  # rows are tuples: a field is read at its position (None: rows are dicts)
+        self.fields: list[str] = []  # every field a comparison reads, as parsed
 
     def peek(self) -> tuple[str, str]:
         return self.tokens[self.position] if self.position < len(self.tokens) else ("end", "")
@@ -142,6 +158,7 @@ class _Parser:
         kind, field = self.take()
         if kind != "word" or field in _KEYWORDS:
             raise UnsupportedFilter(f"expected a field name in filter, found {field!r}")
+        self.fields.append(field)
         read = _reader(field, self.positions)
         kind, text = self.take()
         if kind == "word" and text == "not":

@@ -1,0 +1,155 @@
+"""A restarted server's first calls (issue 47): what a first call used to pay for once per process is done before
+ready, or not at all."""
+
+from __future__ import annotations
+
+import gc
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymilvus.client.cache import GlobalCache, SchemaCache
+from pymilvus.client.grpc_handler import GrpcHandler
+from pymilvus.client.utils import SciPyHelper
+
+from acn.common.models import Namespace
+from acn.memory.warmer import Warmer
+from acn.server import create_app
+from acn.storage.base import CollectionSpec, Filter
+from acn.storage.lite import local_index
+from acn.storage.lite.local_index import LocalIndex
+from acn.storage.lite.predicate import predicate
+from acn.storage.memory_rows import group_filter, kinds_filter, live_filter, tenant_filter, to_record
+from acn.storage.milvus import QUIET_SECONDS, MilvusStore
+from tests.conftest import make_settings
+from tests.test_local_index import random_memory
+from tests.test_start_warming import rows_of, stored_then_restarted, warmed
+
+INTERVAL = 0.3  # the store's flush interval in the test below (seconds)
+
+
+def test_start_up_makes_pymilvus_sparse_input_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pymilvus imports scipy.sparse the first time an insert asks whether a field is a sparse matrix (0.2-0.7 s, under
+    # the store's write lock): start-up asks first, so a restarted server's first write does not.
+    monkeypatch.setattr(SciPyHelper, "_checked", False)
+    app = create_app(make_settings(tmp_path))
+    try:
+        assert SciPyHelper._checked
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_a_first_write_after_a_quiet_spell_is_not_flushed_at_once(tmp_path: Path) -> None:
+    # The timer counts from the oldest unflushed write, not from the last flush: after a quiet spell (a restart, a
+    # chat resumed) a request's first write found the timer long due, and the flusher flushed under the request
+    # while it still wrote (its next write waited for the flush).
+    store = MilvusStore(str(tmp_path / "memory.db"), flush_interval=INTERVAL).open()
+    try:
+        store._stop.set()  # the flusher stops: the test asks _flush_due itself, with the times it names
+        assert store._flusher is not None
+        store._flusher.join()
+        store.ensure(CollectionSpec(name="quiet", scalar_fields={"n": "int64"}, text_field="text"))
+        time.sleep(INTERVAL + 0.1)  # longer than the interval since the store opened: a quiet spell
+        store.insert("quiet", [{"id": "a", "text": "first", "n": 1}])
+        written = store._last_write
+        assert not store._flush_due(written + QUIET_SECONDS / 2)  # while the request is still writing
+        assert store._flush_due(written + QUIET_SECONDS + 0.01)  # once its writes pause
+        with store.background():  # a background write makes no pause flush due: only the timer flushes it
+            store.insert("quiet", [{"id": "b", "text": "second", "n": 2}])
+        store._requests_unflushed = 0
+        assert not store._flush_due(written + INTERVAL / 2)
+        assert store._flush_due(written + INTERVAL + 0.01)  # the oldest unflushed write is INTERVAL old
+        store.flush()
+        assert not store._flush_due(written + 10 * INTERVAL)  # nothing left to flush
+    finally:
+        store.close()
+
+
+def test_the_warm_pass_ends_with_a_full_garbage_collection_before_ready(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pass leaves many new long-lived objects: the full collection they make due ran inside the first request
+    # that allocated after ready (80-126 ms of CPU at 10k memories). The pass makes it itself, before done.
+    mine = Namespace(agent_id="old-agent", session_id="old-chat")
+    events: list[str] = []  # on the pass's thread: each session warmed, each full collection
+    warm = Warmer.warm
+
+    def warm_noted(self: Warmer, tenant: str, namespace: Namespace) -> None:
+        warm(self, tenant, namespace)
+        events.append("warmed")
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 2 and threading.current_thread().name == "acn-start-warm":
+            events.append("full collection")
+
+    monkeypatch.setattr(Warmer, "warm", warm_noted)
+    gc.callbacks.append(note)
+    try:
+        app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 40)])
+        try:
+            assert warmed(runtime).warmed == 1
+            assert "warmed" in events and events[-1] == "full collection"
+        finally:
+            runtime.close()
+    finally:
+        gc.callbacks.remove(note)
+
+
+def test_a_new_filter_is_tested_once_per_distinct_value_of_the_fields_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new filter's mask tested the predicate (a tree of Python closures, ~5-20 us) on every row: the warmer's six
+    # filters at 10k rows, and any first call asking a new one. Its answer depends on the fields it reads alone.
+    rng = random.Random(47)
+    memories = [random_memory(rng, i) for i in range(2000)]
+    records = [{**to_record(m, rng.choice(("t1", "t2")), None), "id": m.id} for m in memories]
+    index = LocalIndex(0)
+    for record in records:
+        index.put_row(record, tokenize=False)
+    tested: list[int] = []
+    real = local_index.tuple_predicate
+
+    def counted(where: Filter, positions: tuple[str, ...]) -> Any:
+        matches = real(where, positions)
+
+        def test(row: tuple[Any, ...]) -> bool:
+            tested.append(1)
+            return matches(row)
+        return test
+
+    monkeypatch.setattr(local_index, "tuple_predicate", counted)
+    session = tenant_filter("t1").and_(group_filter("a1", "s1"))
+    for where in (session, session.and_(kinds_filter(["fact", "decision"], exclude_turns=True)).and_(live_filter(False)),
+                  Filter('kind == "turn" or not (importance > 1.0)'), Filter("created_at < {at}", {"at": 1000})):
+        tested.clear()
+        selected = {m.id for m in index.select(where)}
+        assert selected == {str(r["id"]) for r in records if predicate(where)(r)}, where.template
+        fields = {tuple(r.get(f) for f in local_index.read_fields(where)) for r in records}
+        # once per distinct combination; row by row where most rows differ (created_at: every row)
+        assert len(tested) == (len(fields) if len(fields) <= 0.25 * len(records) + 16 else len(records))
+
+
+def test_prepared_writes_describe_no_collection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process's first upsert into a collection and its first insert into the memories collection each asked the
+    # store to describe it (pymilvus's schema cache, the column insert): ~20 ms of a restarted server's first
+    # record_turn. The start-up warmer has them fetched first (MilvusStore.prepare_writes).
+    store = MilvusStore(str(tmp_path / "memory.db")).open()
+    try:
+        for name in ("rows", "heads"):
+            store.ensure(CollectionSpec(name=name, scalar_fields={"n": "int64"}, text_field="text"))
+        monkeypatch.setattr(GlobalCache, "schema", SchemaCache())  # as a new process: nothing cached
+        store.prepare_writes("rows")
+        described: list[str] = []
+        describe = GrpcHandler.describe_collection
+
+        def counted(self: GrpcHandler, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+            described.append(collection_name)
+            return describe(self, collection_name, *args, **kwargs)
+
+        monkeypatch.setattr(GrpcHandler, "describe_collection", counted)
+        store.insert("rows", [{"id": "a", "text": "first", "n": 1}])
+        store.upsert("heads", [{"id": "h", "text": "head", "n": 2}])
+        store.upsert("rows", [{"id": "a", "text": "again", "n": 3}])
+        assert described == []
+    finally:
+        store.close()
