@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import random
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from acn.storage.lite import local_index
 from acn.storage.lite.local_index import LocalIndex
 from acn.storage.lite.predicate import predicate
 from acn.storage.memory_rows import group_filter, kinds_filter, live_filter, tenant_filter, to_record
-from acn.storage.milvus import QUIET_SECONDS, MilvusStore
+from acn.storage.milvus import MilvusStore
 from tests.conftest import make_settings
 from tests.test_local_index import random_memory
 from tests.test_start_warming import rows_of, stored_then_restarted, warmed
@@ -40,32 +39,6 @@ def test_start_up_makes_pymilvus_sparse_input_check(tmp_path: Path, monkeypatch:
         assert SciPyHelper._checked
     finally:
         app.extensions["acn"].close()
-
-
-def test_a_first_write_after_a_quiet_spell_is_not_flushed_at_once(tmp_path: Path) -> None:
-    # The timer counts from the oldest unflushed write, not from the last flush: after a quiet spell (a restart, a
-    # chat resumed) a request's first write found the timer long due, and the flusher flushed under the request
-    # while it still wrote (its next write waited for the flush).
-    store = MilvusStore(str(tmp_path / "memory.db"), flush_interval=INTERVAL).open()
-    try:
-        store._stop.set()  # the flusher stops: the test asks _flush_due itself, with the times it names
-        assert store._flusher is not None
-        store._flusher.join()
-        store.ensure(CollectionSpec(name="quiet", scalar_fields={"n": "int64"}, text_field="text"))
-        time.sleep(INTERVAL + 0.1)  # longer than the interval since the store opened: a quiet spell
-        store.insert("quiet", [{"id": "a", "text": "first", "n": 1}])
-        written = store._last_write
-        assert not store._flush_due(written + QUIET_SECONDS / 2)  # while the request is still writing
-        assert store._flush_due(written + QUIET_SECONDS + 0.01)  # once its writes pause
-        with store.background():  # a background write makes no pause flush due: only the timer flushes it
-            store.insert("quiet", [{"id": "b", "text": "second", "n": 2}])
-        store._requests_unflushed = 0
-        assert not store._flush_due(written + INTERVAL / 2)
-        assert store._flush_due(written + INTERVAL + 0.01)  # the oldest unflushed write is INTERVAL old
-        store.flush()
-        assert not store._flush_due(written + 10 * INTERVAL)  # nothing left to flush
-    finally:
-        store.close()
 
 
 def test_the_warm_pass_ends_with_a_full_garbage_collection_before_ready(tmp_path: Path,

@@ -136,11 +136,11 @@ class MilvusStore(MemoryStore):
         self._requests_unflushed = 0  # those written outside `background`: only they make a pause flush due
         self._writes: dict[str, int] = {}  # writes per collection (write_count)
         self._last_write = 0.0
-        # When the oldest write not yet flushed was made: the timer flushes writes flush_interval after it. Timed
-        # from the last flush instead, a process's first write after a quiet spell (a restart, a chat resumed) found
-        # the timer long due and the flusher flushed under the request still writing: a restarted server's first
-        # record_turn waited ~300 ms for a flush of its own first row.
-        self._unflushed_since = 0.0
+        # Timed from the last flush: a first write after a quiet spell is flushed at once. Counted from the oldest
+        # unflushed write instead (tried for first-call cost, issue 47), a Milvus Lite server stopped within
+        # flush_interval of an acknowledged write came back unable to load its collection (load_collection waited
+        # for ever: tests/test_durability.py::test_a_stopped_milvus_server_is_503_then_recovers_without_restart).
+        self._last_flush = time.monotonic()
         self._collections: set[str] = set()
         self._columns: dict[str, ColumnInsert | None] = {}  # Lite collections' column inserts (None: by rows)
         self._templates = False
@@ -399,8 +399,6 @@ class MilvusStore(MemoryStore):
         # a turn writes to two, and flushing each at its own count costs a request one flush, not both.
         pending = self._pending.get(collection, 0) + count
         self._pending[collection] = pending
-        if not self._unflushed:
-            self._unflushed_since = time.monotonic()
         self._unflushed += count
         self._writes[collection] = self._writes.get(collection, 0) + 1
         if not self._write_lock.in_background():
@@ -429,6 +427,8 @@ class MilvusStore(MemoryStore):
                 self._unflushed -= count
         if not self._unflushed:
             self._requests_unflushed = 0
+        if collections is None:
+            self._last_flush = time.monotonic()
 
     def _flush_one(self, collection: str) -> None:
         self._searched.discard(collection)  # before: a search during the flush counts for the next one
@@ -464,17 +464,16 @@ class MilvusStore(MemoryStore):
                 with self._write_lock:
                     self._flush_locked([name])
             with self._write_lock:
-                self._flush_locked()  # what was written meanwhile
+                self._flush_locked()  # what was written meanwhile, and the time of this flush
 
     def _flush_due(self, now: float) -> bool:
-        """Flush once the oldest unflushed write is flush_interval old; with a Lite file also as soon as requests'
-        writes pause for QUIET_SECONDS.
+        """Flush every flush_interval; with a Lite file also as soon as requests' writes pause for QUIET_SECONDS.
 
         A real server seals segments itself and dislikes frequent flushes (small segments): timer only.
         """
         if not self._unflushed:
             return False
-        if now - self._unflushed_since >= self._flush_interval:
+        if now - self._last_flush >= self._flush_interval:
             return True
         return not self.is_server and self._requests_unflushed > 0 and now - self._last_write >= QUIET_SECONDS
 
