@@ -5,7 +5,7 @@ a cap a number-rich chat's oldest segment grows by a line or two a turn: at turn
 and 1,100 `facts` lines, every assemble re-rendered it and every record_turn re-merged it (issue 47). A session's
 raw turns are archived verbatim when they arrive, and the numbers the user states are extracted as memories, so
 the working state need not be the only copy: past the cap the oldest segment keeps its goal and, newest first,
-what fits of its constraints, decisions, to-dos, key numbers, facts and done lines. Only turns already archived
+what fits of its constraints, decisions, to-dos, facts, key numbers and done lines. Only turns already archived
 are rolled up (compact without a session or without persist keeps everything: there the segments are the only
 copy). Every line of a rolled-up segment is one of its own: nothing is rewritten, so nothing new needs proving.
 """
@@ -23,7 +23,8 @@ from acn.text.tokens import Tokenizer
 # when its summary was over it (only now at a bounded cost), so its verbatim buffer stays at keep_recent turns and
 # every older turn is a recall candidate. Decided on the dev splits of bench.recall (issue 47): a cap of 0.6 × the
 # trigger let the buffer grow to what the other 40 % held, and cost LoCoMo dev 84.9 / 90.5 / 94.0 ->
-# 84.6 / 89.9 / 93.7 and MADial-zh dev 81.7 -> 80.5 at 1k; at 1.0 both are as they were (MADial-zh 4k +0.2).
+# 84.6 / 89.9 / 93.7 and MADial-zh dev 81.7 -> 80.5 at 1k; at 1.0 both are as they were (MADial-zh 4k +0.2);
+# 1.5 was no better on dev (zh-daily 1k +0.3, 4k -0.2) for a working state half as large again.
 SUMMARY_SHARE = 1.0
 # What the oldest segment keeps however full the newer ones are: its goal and a few lines.
 MIN_OLDEST_TOKENS = 120
