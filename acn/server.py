@@ -30,7 +30,7 @@ from waitress.server import create_server
 from werkzeug.exceptions import HTTPException
 
 # First of ours, before anything imports pymilvus (and with it pyarrow): it picks Arrow's memory pool.
-import acn.storage.allocator
+import acn.app.process
 from acn.app.http_guard import GuardPolicy, add_cors_headers, build_policy, guard_request
 from acn.app.json_body import read_json_body
 from acn.app.key_guard import KeyGuard, open_key_guard
@@ -64,7 +64,6 @@ from acn.nodes.memory_admin import (
     list_memories,
 )
 from acn.nodes.spec import NodeSpec
-from acn.storage.lite.read_priority import Foreground
 
 log = logging.getLogger("acn.server")
 REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # fullmatch: "$" would let a trailing newline through
@@ -79,13 +78,12 @@ def create_app(settings: Settings | None = None) -> Flask:
     """Build the app: read settings, open the store, register routes and error handlers."""
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
-    # Before Runtime.open starts Lite's threads and the server its request threads (arenas are made per thread).
-    acn.storage.allocator.limit_malloc_arenas(settings.malloc_arenas)
+    acn.app.process.prepare_process(settings)  # before Runtime.open starts threads (see there)
     keys = parse_api_keys(settings.api_keys)
     proxies = parse_trusted_proxies(settings.trusted_proxies)  # a malformed entry stops start-up, before the store
     runtime = Runtime.open(settings)
     app = Flask(__name__)
-    app.wsgi_app = Foreground(TrustedProxyFix(app.wsgi_app, proxies))  # type: ignore[method-assign]
+    app.wsgi_app = acn.app.process.requests_first(TrustedProxyFix(app.wsgi_app, proxies))  # type: ignore[method-assign]
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.extensions["acn"] = runtime
@@ -272,9 +270,9 @@ def _register_meta_routes(app: Flask, runtime: Runtime, nodes: dict[str, NodeSpe
     @app.get("/readyz")
     def _ready() -> Response:
         # Readiness, not liveness: 503 while start-up work that touches a whole store still runs in the background
-        # (memory heads of rows written before they existed: acn/storage/memory_heads.py). Requests are answered
-        # meanwhile, by the slower path; a load balancer may hold traffic back until this answers 200.
-        # Then the start-up warmer (acn/memory/warmer.py): recently active sessions' indexes, built before their
+        # (memory heads of rows written before they existed: acn/storage/repositories/memory_heads.py). Requests are
+        # answered meanwhile, by the slower path; a load balancer may hold traffic back until this answers 200.
+        # Then the start-up warmer (acn/app/warmer.py): recently active sessions' indexes, built before their
         # first call asks for them; its progress is reported as it goes.
         # First of all the store's first search (memories.py _warm_store), which start-up no longer waits for.
         warmer = runtime.warmer

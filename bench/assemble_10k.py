@@ -16,7 +16,7 @@ question is asked once per variant, the variants in a rotated order (so each com
 table gives each variant's times and their ratio to "now" (the machines are shared: a ratio in one run holds
 where two runs' absolute times do not).
 
-`--ready` waits, after the restart, until /readyz answers 200 (the start-up warm pass of acn/memory/warmer.py is
+`--ready` waits, after the restart, until /readyz answers 200 (the start-up warm pass of acn/app/warmer.py is
 done), as a deployment behind a readiness probe does; without it the first calls run while that pass does.
 
 `--where` adds, for the 1k assembles, the wall-clock milliseconds per call spent in each step of WHERE (timers
@@ -67,9 +67,9 @@ WHERE = (
     ("acn.assembly.recall", "focused_memories"),
     ("acn.assembly.hops", "second_hops"),
     ("acn.providers.embedders", "Embedder.embed_query"),
-    ("acn.storage.lite.local_index", "LocalIndex.search_dense"),
-    ("acn.storage.lite.local_index", "LocalIndex.search_text"),
-    ("acn.storage.lite.local_index", "LocalIndex._memories"),
+    ("acn.storage.database.lite.local_index", "LocalIndex.search_dense"),
+    ("acn.storage.database.lite.local_index", "LocalIndex.search_text"),
+    ("acn.storage.database.lite.local_index", "LocalIndex._memories"),
     ("acn.retrieval.rank", "score_all"),
     ("acn.assembly.recall", "with_neighbours"),
     ("acn.assembly.recall", "readable"),

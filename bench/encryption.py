@@ -113,10 +113,10 @@ def store_level(folder: Path, key: str, texts: list[str], queries: list[str], ro
     from acn.common.models import Namespace
     from acn.memory.items import MemoryItem
     from acn.memory.write import new_memory
-    from acn.storage.memories import MemoryRepository
-    from acn.storage.memory_rows import scope_filter
-    from acn.storage.milvus import MilvusStore
-    from acn.storage.sealed import RowSealer
+    from acn.storage.database.memory_rows import scope_filter
+    from acn.storage.database.milvus import MilvusStore
+    from acn.storage.database.sealed import RowSealer
+    from acn.storage.repositories.memories import MemoryRepository
 
     store = MilvusStore(str(folder / "store-level.db")).open()
     repositories = {"plain": MemoryRepository(store, prefix="p", embedder=None, index_rows=0),

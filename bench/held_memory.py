@@ -24,7 +24,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import acn.storage.allocator  # before pyarrow, as server.py does: the pool a server uses
+import acn.storage.process.allocator  # before pyarrow, as server.py does: the pool a server uses
 from bench.namespace import items
 from bench.perf import InProcess, memory_text, opened_app, say
 
@@ -105,7 +105,7 @@ def main() -> None:
         trims = getattr(store, "trims", 0)
         if trims:
             say(f"the flusher trimmed {trims} times, {getattr(store, 'trim_seconds', 0.0) / trims * 1000:.1f} ms each")
-        acn.storage.allocator.trim_free_memory()
+        acn.storage.process.allocator.trim_free_memory()
         say(f"after malloc_trim: RSS {status('VmRSS') - rss:+.1f} MB since agent {args.warm}")
         assert first is not None
         by_file = sorted(last.compare_to(first, "filename"), key=lambda s: -s.size_diff)

@@ -39,7 +39,7 @@ from acn.common.models import Memory
 from acn.common.settings import Settings
 from acn.memory.items import DEFAULT_IMPORTANCE
 from acn.server import create_app
-from acn.storage.memory_rows import new_memory_id
+from acn.storage.database.memory_rows import new_memory_id
 from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
 from bench.progress import progress
 from tests.conftest import ROOT, free_port, server_env
@@ -472,7 +472,7 @@ def retrieval_rows(transport: Transport, size: int, config: Config, runtime: Run
         rows.append(Row("store", "memory_retrieve above the store's search", "in-process", store,
                         value=rows[0].p50 - rows[1].p50, unit="ms",
                         detail="memory_retrieve p50 − bare BM25 p50; negative when a Lite session is searched in "
-                               "process (acn/storage/lite/local_index.py) instead of by the store"))
+                               "process (acn/storage/database/lite/local_index.py) instead of by the store"))
     return rows
 
 

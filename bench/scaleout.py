@@ -85,7 +85,7 @@ def latency(milvus: str, redis_url: str, turns: int) -> dict[str, dict[str, floa
 
 def lease_cost(redis_url: str, rounds: int = 1000) -> dict[str, float]:
     """Time one lease cycle as a commit pays it: take, fencing check, release (three Redis scripts)."""
-    from acn.storage.coordination import RedisCoordinator
+    from acn.storage.repositories.coordination import RedisCoordinator
 
     coordinator = RedisCoordinator(redis_url, prefix="bench")
     times = []

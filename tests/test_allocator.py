@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from acn.storage.allocator import trim_free_memory
-from acn.storage.base import CollectionSpec
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.base import CollectionSpec
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.process.allocator import trim_free_memory
 from tests.conftest import ROOT, server_env
 
 SPEC = CollectionSpec(name="trim", scalar_fields={"kind": "varchar"}, text_field="content")
@@ -54,7 +54,7 @@ def test_trim_hands_free_malloc_pages_back() -> None:
     # 64 MB in 4 KB blocks, freed under a live block that keeps malloc from shrinking the heap by itself.
     code = """
         from pathlib import Path
-        from acn.storage.allocator import trim_free_memory
+        from acn.storage.process.allocator import trim_free_memory
 
         def anon():
             line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("RssAnon"))

@@ -78,7 +78,7 @@ def imported_names(source: str, package: str) -> set[str]:
 
 
 def top(module: str) -> str:
-    """The layer package of one of our modules: `acn.storage.memories` -> `storage`."""
+    """The layer package of one of our modules: `acn.storage.repositories.memories` -> `storage`."""
     return module.split(".")[1]
 
 
@@ -133,12 +133,12 @@ def test_checker_sees_every_kind_of_import() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
         "import acn.common.errors\n"
-        "if TYPE_CHECKING:\n    from acn.storage.memories import MemoryRepository\n"
+        "if TYPE_CHECKING:\n    from acn.storage.repositories.memories import MemoryRepository\n"
         "def later():\n    from acn.nodes import spec\n"
         "from .memory_lines import render_memories\n"
     )
     names = imported_names(source, "acn.retrieval")
-    expected = {"acn.common.errors", "acn.storage.memories", "acn.nodes.spec", "acn.retrieval.memory_lines"}
+    expected = {"acn.common.errors", "acn.storage.repositories.memories", "acn.nodes.spec", "acn.retrieval.memory_lines"}
     assert expected | {"acn.nodes"} <= names
     assert {resolve(n) for n in names} >= expected
 
@@ -151,8 +151,10 @@ def test_architecture_document_places_every_package() -> None:
 
 
 # The store's expression language is storage's own (issue 30): above storage, a read is a named query of
-# acn/storage/memory_queries.py or a repository method, never a Filter or a filter builder.
-STORE_EXPRESSIONS = {"acn.storage.base.Filter", "acn.storage.memory_rows.id_range", "acn.storage.memory_rows.EMBEDDED"}
+# acn/storage/repositories/memory_queries.py or a repository method, never a Filter or a filter builder.
+STORE_EXPRESSIONS = {"acn.storage.database.base.Filter", "acn.storage.database.memory_rows.id_range",
+                     "acn.storage.database.memory_rows.EMBEDDED", "acn.storage.database.Filter",
+                     "acn.storage.database.EMBEDDED"}
 PRIMITIVE_READS = {"find", "page", "count", "query_all", "search"}
 
 
@@ -177,18 +179,18 @@ def store_expressions_used(module: str) -> list[str]:
 def test_store_expressions_stay_inside_storage() -> None:
     leaks = [f"{module}: {use}" for module in modules() if top(module) != "storage"
              for use in store_expressions_used(module)]
-    assert leaks == [], "write a named query in acn/storage/memory_queries.py instead:\n" + "\n".join(leaks)
+    assert leaks == [], "write a named query in acn/storage/repositories/memory_queries.py instead:\n" + "\n".join(leaks)
 
 
 def test_the_store_expression_rule_sees_a_leak(tmp_path: Path) -> None:
     leaky = tmp_path / "leaky.py"
-    leaky.write_text("from acn.storage.base import Filter\nfrom acn.storage.memory_rows import scope_filter\n"
+    leaky.write_text("from acn.storage.database.base import Filter\nfrom acn.storage.database.memory_rows import scope_filter\n"
                      "def f(deps, ns):\n    return deps.memories.find('t', Filter('valid_to > 0'), limit=1)\n"
                      "def g(runtime):\n    return runtime.memories.store.query('c', None, fields=[], limit=1)\n")
     modules()["acn.nodes.leaky"] = leaky
     try:
         assert store_expressions_used("acn.nodes.leaky") == [
-            "import acn.storage.base.Filter", "import acn.storage.memory_rows.scope_filter",
+            "import acn.storage.database.base.Filter", "import acn.storage.database.memory_rows.scope_filter",
             "deps.memories.find(...)", "runtime.memories.store.query(...)"]
     finally:
         del modules()["acn.nodes.leaky"]
@@ -219,10 +221,10 @@ def test_the_conversations_shapes_have_one_home() -> None:
 
 def test_the_one_home_rule_sees_a_stray(tmp_path: Path) -> None:
     stray = tmp_path / "stray.py"
-    stray.write_text("from acn.storage.sessions import SessionState\n\nclass Turn:\n    pass\n")
+    stray.write_text("from acn.storage.repositories.sessions import SessionState\n\nclass Turn:\n    pass\n")
     modules()["acn.nodes.stray"] = stray
     try:
         assert conversation_shapes_defined_or_taken_elsewhere("acn.nodes.stray") == [
-            "defines Turn", "imports SessionState from acn.storage.sessions"]
+            "defines Turn", "imports SessionState from acn.storage.repositories.sessions"]
     finally:
         del modules()["acn.nodes.stray"]

@@ -20,8 +20,8 @@ from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Namespace
 from acn.memory.archive import archive_new_turns
 from acn.server import create_app
-from acn.storage.base import Filter
-from acn.storage.lite.local_index import LocalIndex
+from acn.storage.database.base import Filter
+from acn.storage.database.lite.local_index import LocalIndex
 from tests.conftest import make_settings, post
 from tests.test_new_session_cost import Counted
 

@@ -16,15 +16,22 @@ from typing import Any
 
 import pytest
 
-import acn.memory.warmer
-import acn.storage.lite.read_cache
+import acn.app.warmer
+import acn.storage.database.lite.read_cache
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Namespace
 from acn.server import create_app
-from acn.storage.base import Filter
-from acn.storage.lite.local_index import LocalIndex
-from acn.storage.memory_queries import scope_key
-from acn.storage.memory_rows import from_record, group_filter, live_filter, scope_filter, tenant_filter, to_record
+from acn.storage.database.base import Filter
+from acn.storage.database.lite.local_index import LocalIndex
+from acn.storage.database.memory_rows import (
+    from_record,
+    group_filter,
+    live_filter,
+    scope_filter,
+    tenant_filter,
+    to_record,
+)
+from acn.storage.repositories.memory_queries import scope_key
 from acn.text.terms import bm25_tokens
 from tests.conftest import make_settings, post
 from tests.test_new_session_cost import Counted, other_rows
@@ -38,7 +45,7 @@ ROWS = 150
 
 @pytest.fixture(autouse=True)
 def small_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(acn.storage.lite.read_cache, "LISTED_LOAD_ROWS", BOUND)
+    monkeypatch.setattr(acn.storage.database.lite.read_cache, "LISTED_LOAD_ROWS", BOUND)
 
 
 def body(**extra: object) -> dict[str, object]:
@@ -163,8 +170,8 @@ def test_the_most_recent_session_stays_warm_when_the_estimates_fall_short(tmp_pa
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # Estimates made short (no pool, no text): the warmed take more than ACN_READ_CACHE_MB and the cache pushes the
     # least recently used out. Warmed least recent first, that is the older session's, not the most recent's.
-    monkeypatch.setattr(acn.memory.warmer, "POOL_ROW_BYTES", 0)
-    monkeypatch.setattr(acn.memory.warmer, "TEXT_ROW_BYTES", 0)
+    monkeypatch.setattr(acn.app.warmer, "POOL_ROW_BYTES", 0)
+    monkeypatch.setattr(acn.app.warmer, "TEXT_ROW_BYTES", 0)
     older = Namespace(agent_id="older", session_id="chat")
     app, runtime = stored_then_restarted(tmp_path, [rows_of(older, 500, age_ms=120_000), rows_of(BIG, 700)],
                                          read_cache_mb=1)

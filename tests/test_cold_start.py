@@ -73,7 +73,7 @@ def answers(base: str, session: requests.Session) -> list[list[tuple[str, float,
 
     Not the BM25 value itself: until the agent's local index has loaded (in the background, after the first
     search asked for it), BM25 comes from the store, whose statistics are the whole collection's rather than the
-    agent's (acn/storage/lite/local_index.py), so the same match scores a little differently (seen: 0.3624 vs 0.3654).
+    agent's (acn/storage/database/lite/local_index.py), so the same match scores a little differently (seen: 0.3624 vs 0.3654).
     """
     found = []
     for query in QUERIES:

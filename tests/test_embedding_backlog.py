@@ -19,11 +19,11 @@ import pytest
 from acn.common.models import Memory, Namespace
 from acn.providers.embedders import Embedder, HashEmbedder
 from acn.server import create_app
-from acn.storage.base import Filter
-from acn.storage.embedding_backlog import EmbeddingBacklog
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import EMBEDDED_FIELD, client_id, memory_spec, pending_vector
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.base import Filter
+from acn.storage.database.memory_rows import EMBEDDED_FIELD, client_id, memory_spec, pending_vector
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.process.embedding_backlog import EmbeddingBacklog
+from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import ROOT, make_settings, post, record_filters
 
 NS = Namespace(agent_id="a", session_id="s")
@@ -106,7 +106,7 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     from tests.test_embedding_backlog import TEXTS, memory, open_repository
-    from acn.storage.embedding_backlog import EmbeddingBacklog
+    from acn.storage.process.embedding_backlog import EmbeddingBacklog
     store, repository = open_repository(Path(sys.argv[1]))
     EmbeddingBacklog(repository)  # the worker never runs: killed before it drains
     for i, text in enumerate(TEXTS * 5):
@@ -221,7 +221,7 @@ def test_a_collection_written_before_the_flag_is_embedded_inline(tmp_path: Path)
 def test_encrypted_rows_get_their_vectors_and_stay_sealed(tmp_path: Path) -> None:
     from cryptography.fernet import Fernet
 
-    from acn.storage.sealed import RowSealer
+    from acn.storage.database.sealed import RowSealer
 
     store = MilvusStore(str(tmp_path / "memory.db")).open()
     try:
@@ -388,7 +388,7 @@ def test_vector_writes_do_not_make_the_store_flush_but_requests_writes_do(tmp_pa
 
 
 def test_which_engines_take_partial_updates() -> None:
-    from acn.storage.milvus import partial_updates_in
+    from acn.storage.database.milvus import partial_updates_in
 
     assert partial_updates_in("milvus_lite-3.2.2") and partial_updates_in("v2.6.0") and partial_updates_in("2.6.3-rc1")
     assert not any(partial_updates_in(v) for v in ("milvus_lite-2.5.1", "v2.5.4", "", "unknown"))
@@ -459,7 +459,7 @@ def test_the_worker_waits_for_requests_to_stop_before_it_embeds(opened: tuple[Mi
     # (0.1-0.7 s) made the first search after a restart 274-612 ms instead of 137-206. So while a request is being
     # handled (the server wraps each in READS.foreground), the worker does not start a batch; once requests stop
     # for QUIET_SECONDS it does. Before: it started QUIET_SECONDS after the last write, whatever was being served.
-    from acn.storage.lite.read_priority import READS
+    from acn.storage.database.lite.read_priority import READS
 
     _, repository = opened
     backlog = EmbeddingBacklog(repository, max_defer=60.0).start()
@@ -477,7 +477,7 @@ def test_the_worker_waits_for_requests_to_stop_before_it_embeds(opened: tuple[Mi
 
 def test_unbroken_requests_only_defer_the_worker(opened: tuple[MilvusStore, MemoryRepository]) -> None:
     # Under traffic that never pauses the backlog still drains: a batch waits max_defer seconds at most.
-    from acn.storage.lite.read_priority import READS
+    from acn.storage.database.lite.read_priority import READS
 
     _, repository = opened
     backlog = EmbeddingBacklog(repository, max_defer=0.2).start()

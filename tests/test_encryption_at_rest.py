@@ -20,12 +20,12 @@ from acn.common.models import Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.write import new_memory
 from acn.server import create_app
-from acn.storage.base import Filter
-from acn.storage.crypto import EncryptionKeyError
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import scope_filter
-from acn.storage.milvus import MilvusStore
-from acn.storage.sealed import RowSealer, SealedFilterError
+from acn.storage.database.base import Filter
+from acn.storage.database.crypto import EncryptionKeyError
+from acn.storage.database.memory_rows import scope_filter
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.database.sealed import RowSealer, SealedFilterError
+from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import make_settings, post
 
 # Canaries: words no analyzer, hash or ciphertext produces by chance. Chinese and English, plus personal data.

@@ -14,15 +14,15 @@ from pymilvus.client.cache import GlobalCache, SchemaCache
 from pymilvus.client.grpc_handler import GrpcHandler
 from pymilvus.client.utils import SciPyHelper
 
+from acn.app.warmer import Warmer
 from acn.common.models import Namespace
-from acn.memory.warmer import Warmer
 from acn.server import create_app
-from acn.storage.base import CollectionSpec, Filter
-from acn.storage.lite import local_index
-from acn.storage.lite.local_index import LocalIndex
-from acn.storage.lite.predicate import predicate
-from acn.storage.memory_rows import group_filter, kinds_filter, live_filter, tenant_filter, to_record
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.base import CollectionSpec, Filter
+from acn.storage.database.lite import local_index
+from acn.storage.database.lite.local_index import LocalIndex
+from acn.storage.database.lite.predicate import predicate
+from acn.storage.database.memory_rows import group_filter, kinds_filter, live_filter, tenant_filter, to_record
+from acn.storage.database.milvus import MilvusStore
 from tests.conftest import make_settings
 from tests.test_local_index import random_memory
 from tests.test_start_warming import rows_of, stored_then_restarted, warmed

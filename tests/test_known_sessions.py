@@ -19,7 +19,7 @@ from acn.common.auth import DEFAULT_TENANT
 from acn.common.conversation import SessionState
 from acn.common.models import Namespace
 from acn.server import create_app
-from acn.storage.listed_ids import ListedIds
+from acn.storage.repositories.listed_ids import ListedIds
 from tests.conftest import make_settings, post
 from tests.test_assemble_cost import opened
 from tests.test_new_session_cost import Counted

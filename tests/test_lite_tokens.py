@@ -1,4 +1,4 @@
-"""Milvus Lite segments with the product's cached segmentation (acn/storage/lite/tokens.py), giving its own tokens."""
+"""Milvus Lite segments with the product's cached segmentation (acn/storage/database/lite/tokens.py), giving its own tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acn.server import create_app
-from acn.storage.lite.tokens import SAMPLES, share_segmentation
+from acn.storage.database.lite.tokens import SAMPLES, share_segmentation
 from acn.text.terms import bm25_tokens
 from bench import zh_daily
 from bench.perf import memory_text

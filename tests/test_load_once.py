@@ -1,4 +1,4 @@
-"""The load-once protocol (acn/storage/lite/load_once.py) on its own: queue, failure, race, overflow, concurrency."""
+"""The load-once protocol (acn/storage/database/lite/load_once.py) on its own: queue, failure, race, overflow, concurrency."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from acn.storage.lite.load_once import LoadOnce
+from acn.storage.database.lite.load_once import LoadOnce
 
 
 class Cache:

@@ -1,7 +1,7 @@
 """The in-process search index selects the rows the store selects, ranks them as the store does, and
 follows every write.
 
-With a Lite file this process searches an agent's rows in memory (acn/storage/lite/local_index.py) instead of asking
+With a Lite file this process searches an agent's rows in memory (acn/storage/database/lite/local_index.py) instead of asking
 Milvus Lite. These tests hold it to the store: the same filters select the same rows (checked against real
 Lite queries), BM25 puts the same rows on top (checked against real Lite searches), and a write, supersede or
 delete through any path shows in the next search.
@@ -19,11 +19,10 @@ from flask.testing import FlaskClient
 
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
-from acn.storage.base import CollectionSpec, Filter
-from acn.storage.lite.local_index import LocalIndex, stored_row
-from acn.storage.lite.predicate import UnsupportedFilter, predicate
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import (
+from acn.storage.database.base import CollectionSpec, Filter
+from acn.storage.database.lite.local_index import LocalIndex, stored_row
+from acn.storage.database.lite.predicate import UnsupportedFilter, predicate
+from acn.storage.database.memory_rows import (
     client_id,
     kinds_filter,
     live_filter,
@@ -32,7 +31,8 @@ from acn.storage.memory_rows import (
     scope_filter,
     to_record,
 )
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.repositories.memories import MemoryRepository
 from bench.seed_suite import generate
 from tests.conftest import make_settings, post
 
@@ -325,7 +325,7 @@ def test_a_distinct_index_search_keeps_what_one_per_text_keeps_of_the_full_ranki
     # Texts of different lengths (no two score alike), each stored a few times: the index's distinct search
     # and one_per_text over the plain ranking pick the same copies in the same order, text and dense.
     from acn.providers.embedders import HashEmbedder
-    from acn.storage.memory_rows import one_per_text
+    from acn.storage.database.memory_rows import one_per_text
 
     embedder, rng = HashEmbedder(), random.Random(21)
     texts = [f"退款 refund {'原卡 ' * n}note {n}" for n in range(1, 13)]
@@ -374,7 +374,7 @@ class CountingStore(MilvusStore):
             self.group_scans += 1
         rows = super().query(collection, where, **kwargs)
         # The query that lists an agent's sessions, or the one that reads their memory heads (what tells a new
-        # session's reader whether any rows exist: acn/storage/memory_heads.py).
+        # session's reader whether any rows exist: acn/storage/repositories/memory_heads.py).
         listing = kwargs.get("fields") == ["session_id"] or "head_ids" in where.template
         if self.during_listing is not None and listing:
             write, self.during_listing = self.during_listing, None

@@ -176,7 +176,7 @@ def test_dedup_in_a_large_namespace_stays_inside_the_namespace(fresh_app: Flask)
     # is indexed whole: another agent's identical fact is not a duplicate, the agent's own is, a key supersedes.
     from acn.common.auth import DEFAULT_TENANT
     from acn.common.models import Memory
-    from acn.storage.memory_rows import new_memory_id
+    from acn.storage.database.memory_rows import new_memory_id
 
     client = fresh_app.test_client()
     big, other = {"agent_id": "big", "session_id": "s1"}, {"agent_id": "someone-else", "session_id": "s1"}

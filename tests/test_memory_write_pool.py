@@ -13,7 +13,7 @@ import acn.memory.dedup_index
 from acn.memory.dedup_index import DedupIndex, Known
 from acn.memory.items import MemoryItem
 from acn.memory.pool import Pool
-from acn.storage.memories import MemoryRepository
+from acn.storage.repositories.memories import MemoryRepository
 from acn.text.similarity import shingle_similarity, shingles
 
 # A small alphabet makes texts share many bigrams, so most candidates overlap and the prefix filter must prune.

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from flask import Flask
 
-import acn.storage.memories
+import acn.storage.repositories.memories
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.write import write_items
-from acn.storage.base import Filter
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import kinds_filter, live_filter, new_memory_id, scope_filter
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.base import Filter
+from acn.storage.database.memory_rows import kinds_filter, live_filter, new_memory_id, scope_filter
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import post, record_filters
 
 AGENT = Namespace(agent_id="grown", session_id="main")
@@ -108,7 +108,7 @@ def test_dedup_reads_a_namespace_past_the_store_query_window(fresh_app: Flask,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # The store returns at most QUERY_WINDOW rows a query: a namespace larger than that is read in id ranges.
     memories: MemoryRepository = fresh_app.extensions["acn"].memories
-    monkeypatch.setattr(acn.storage.memories, "QUERY_WINDOW", 64)
+    monkeypatch.setattr(acn.storage.repositories.memories, "QUERY_WINDOW", 64)
     stored = fill(memories, 500)
     where = scope_filter(AGENT).and_(live_filter(False)).and_(kinds_filter(None, exclude_turns=True))
     rows = memories.query_all(DEFAULT_TENANT, where, ["id"])
@@ -136,7 +136,7 @@ class SlowGroupLoad(MilvusStore):
 
 def test_the_first_search_is_answered_by_the_store_while_the_index_loads(tmp_path: Path) -> None:
     store = SlowGroupLoad(str(tmp_path / "slow.db")).open()
-    # Rows not listed by id (member pages, acn/storage/memory_heads.py): the index loads by a filtered query.
+    # Rows not listed by id (member pages, acn/storage/repositories/memory_heads.py): the index loads by a filtered query.
     memories = MemoryRepository(store, prefix="slow", embedder=None, member_pages=False)
     memories.open()
     # Once the store has been searched (Lite's search structures built): it answers a search meanwhile. Before, a
@@ -193,7 +193,7 @@ def test_the_read_cache_keeps_to_its_byte_budget(tmp_path: Path) -> None:
 def test_per_session_clocks_and_per_agent_locks_do_not_pile_up(fresh_app: Flask,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     memories: MemoryRepository = fresh_app.extensions["acn"].memories
-    monkeypatch.setattr(acn.storage.memories, "CLOCK_SESSIONS", 50)
+    monkeypatch.setattr(acn.storage.repositories.memories, "CLOCK_SESSIONS", 50)
     for i in range(200):
         namespace = Namespace(agent_id=f"agent-{i}", session_id=f"s-{i}")
         memories.now_ms(DEFAULT_TENANT, namespace)

@@ -21,10 +21,10 @@ from flask import Flask
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.server import create_app
-from acn.storage.base import Filter, MemoryStore
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import new_memory_id, scope_filter
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.base import Filter, MemoryStore
+from acn.storage.database.memory_rows import new_memory_id, scope_filter
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import make_settings, post
 
 PRIMARY_KEY = re.compile(r"id in \{\w+\}")
@@ -228,8 +228,8 @@ def test_member_pages_a_server_process_left_stale_are_rebuilt_before_they_are_tr
     # A process that writes the store as one of several (no member pages kept) marks them stale; a Lite process
     # opening it afterwards lists every row again in the background, /readyz naming the work, before any session
     # index is loaded by id.
-    from acn.storage.memory_heads import MemoryHeads
-    from acn.storage.memory_rows import stored_ids, to_record
+    from acn.storage.database.memory_rows import stored_ids, to_record
+    from acn.storage.repositories.memory_heads import MemoryHeads
 
     settings = make_settings(tmp_path)
     mine = Namespace(agent_id="agent", session_id="chat")

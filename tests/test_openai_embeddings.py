@@ -20,7 +20,7 @@ from acn.providers.embedders import E5Embedder
 from acn.providers.embedding_setup import embedder_from_settings
 from acn.providers.openai_embeddings import OpenAIEmbedder, parse_embeddings
 from acn.server import create_app
-from acn.storage.base import Filter
+from acn.storage.database.base import Filter
 from tests.conftest import free_port, make_settings, post, wait_for_port
 from tests.stand_in_http import stand_in
 

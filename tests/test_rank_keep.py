@@ -9,7 +9,7 @@ import pytest
 
 from acn.common.models import Memory
 from acn.retrieval.rank import SCORE_STEP, kept_rows, score_all
-from acn.storage.memory_rows import Scored
+from acn.storage.database.memory_rows import Scored
 
 
 def _scored(rng: random.Random, index: int) -> Scored:

@@ -14,8 +14,8 @@ from flask.testing import FlaskClient
 
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import new_memory_id
+from acn.storage.database.memory_rows import new_memory_id
+from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import post
 
 

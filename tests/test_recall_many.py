@@ -14,7 +14,7 @@ from acn.assembly.recall import focused_memories, relative_floor
 from acn.common.models import Memory, Namespace
 from acn.retrieval.rank import score_all
 from acn.server import create_app
-from acn.storage.memory_rows import Scored
+from acn.storage.database.memory_rows import Scored
 from bench import locomo, zh_daily
 from tests.conftest import make_settings, post
 

@@ -12,15 +12,15 @@ import pytest
 from flask import Flask
 
 import acn.app.runtime
-import acn.storage.lite.read_cache
+import acn.storage.database.lite.read_cache
 from acn.app.runtime import Runtime
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.server import create_app
-from acn.storage.lite.read_priority import READS, ReadPriority
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import group_filter, new_memory_id, tenant_filter
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.lite.read_priority import READS, ReadPriority
+from acn.storage.database.memory_rows import group_filter, new_memory_id, tenant_filter
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import make_settings
 
 AGENT = Namespace(agent_id="restarted", session_id="main")
@@ -56,7 +56,7 @@ def loader_reads(memories: MemoryRepository) -> int:
 @pytest.fixture()
 def memories(tmp_path: Path) -> Any:
     store = CountedReads(str(tmp_path / "warm.db")).open()
-    # Rows not listed by id (member pages, acn/storage/memory_heads.py): the index loads by a filtered query.
+    # Rows not listed by id (member pages, acn/storage/repositories/memory_heads.py): the index loads by a filtered query.
     repository = MemoryRepository(store, prefix="warm", embedder=None, member_pages=False)
     repository.open()
     repository.save(DEFAULT_TENANT, [memory("仓库在金桥路"), memory("发票抬头是上海某某公司")])
@@ -104,10 +104,10 @@ def memories_where() -> Any:
 @pytest.mark.parametrize(("window", "loaded"), [(320, False), (4096, True)])
 def test_a_session_too_large_for_one_query_is_told_by_a_sample_not_by_reading_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, loaded: bool) -> None:
-    monkeypatch.setattr(acn.storage.lite.read_cache, "LOAD_PAGE", 40)
-    monkeypatch.setattr(acn.storage.lite.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
+    monkeypatch.setattr(acn.storage.database.lite.read_cache, "LOAD_PAGE", 40)
+    monkeypatch.setattr(acn.storage.database.lite.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
     store = CountedReads(str(tmp_path / "large.db")).open()
-    # Rows not listed by id (member pages, acn/storage/memory_heads.py): the index loads by a filtered query.
+    # Rows not listed by id (member pages, acn/storage/repositories/memory_heads.py): the index loads by a filtered query.
     repository = MemoryRepository(store, prefix="large", embedder=None, member_pages=False, warm_in_background=False)
     repository.open()
     try:

@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 
 from acn.common.conversation import SessionState
 from acn.common.models import Memory, Message, Namespace
-from acn.storage.memory_rows import new_memory_id
+from acn.storage.database.memory_rows import new_memory_id
 from tests.conftest import assert_error, post
 
 TENANT = "default"

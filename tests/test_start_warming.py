@@ -1,4 +1,4 @@
-"""After a restart, recently active sessions are warmed in the background (acn/memory/warmer.py, issue 33).
+"""After a restart, recently active sessions are warmed in the background (acn/app/warmer.py, issue 33).
 
 Store calls are counted as tests/test_new_session_cost.py counts them: a primary-key lookup reads the ids it
 names, anything else every row of the collection.
@@ -14,17 +14,17 @@ import pytest
 from flask import Flask
 
 from acn.app.runtime import Runtime
+from acn.app.warmer import Warmer
 from acn.assembly.warm import texts_budget
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.memory.items import MemoryItem
-from acn.memory.warmer import Warmer
 from acn.memory.write import write_items
 from acn.retrieval.ranker import _parsed_model
 from acn.server import create_app
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import new_memory_id
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.memory_rows import new_memory_id
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.repositories.memories import MemoryRepository
 from acn.text.byte_cache import TEXT_CACHE
 from acn.text.terms import segmented
 from tests.conftest import ENGINE, make_settings, post

@@ -17,11 +17,11 @@ from acn.common.models import Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.write import new_memory
 from acn.providers.embedders import HashEmbedder
-from acn.storage.base import Filter
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import kinds_filter, live_filter, scope_filter, to_record
-from acn.storage.milvus import MAX_VARCHAR, MilvusStore
-from acn.storage.sessions import SessionRepository
+from acn.storage.database.base import Filter
+from acn.storage.database.memory_rows import kinds_filter, live_filter, scope_filter, to_record
+from acn.storage.database.milvus import MAX_VARCHAR, MilvusStore
+from acn.storage.repositories.memories import MemoryRepository
+from acn.storage.repositories.sessions import SessionRepository
 from tests.conftest import ENGINE
 
 
@@ -302,7 +302,7 @@ def test_a_distinct_search_keeps_one_copy_of_a_text_and_fills_its_limit_with_oth
 
 
 def test_one_per_text_keeps_the_best_copy_and_the_newest_of_equal_ones() -> None:
-    from acn.storage.memory_rows import one_per_text
+    from acn.storage.database.memory_rows import one_per_text
 
     ns = Namespace(agent_id="a", session_id="s")
     made = [new_memory(ns, MemoryItem(kind="fact", content=text), now) for text, now in

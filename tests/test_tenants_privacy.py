@@ -20,7 +20,7 @@ from flask import Flask
 from acn.common.errors import PackError
 from acn.common.logs import JsonFormatter
 from acn.server import create_app
-from acn.storage.crypto import MARKER
+from acn.storage.database.crypto import MARKER
 from tests.conftest import ROOT, assert_error, free_port, make_settings, post, server_env, wait_for_port
 from tests.response_text import carried_text
 

@@ -13,10 +13,10 @@ import pytest
 from cryptography.fernet import Fernet
 
 from acn.server import create_app
-from acn.storage.base import Filter
-from acn.storage.crypto import EncryptionKeyError
-from acn.storage.milvus import MilvusStore
-from acn.storage.store_facts import FACT_ROW
+from acn.storage.database.base import Filter
+from acn.storage.database.crypto import EncryptionKeyError
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.database.store_facts import FACT_ROW
 from tests.conftest import ROOT, make_settings, post, server_env
 
 NS = {"agent_id": "a", "session_id": "s"}

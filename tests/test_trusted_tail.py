@@ -14,8 +14,8 @@ import pytest
 
 from acn.common.models import Memory
 from acn.server import create_app
-from acn.storage.lite.read_cache import WARM_ON_WRITE
-from acn.storage.memory_rows import new_memory_id
+from acn.storage.database.lite.read_cache import WARM_ON_WRITE
+from acn.storage.database.memory_rows import new_memory_id
 from tests.conftest import ENGINE, make_settings
 
 

@@ -19,8 +19,8 @@ from flask.testing import FlaskClient
 from acn.common.models import Message
 from acn.memory.durable import extracted_for
 from acn.server import create_app
-from acn.storage.base import Filter
-from acn.storage.milvus import MilvusStore
+from acn.storage.database.base import Filter
+from acn.storage.database.milvus import MilvusStore
 from tests.conftest import ROOT, make_settings, post, serving
 
 C1 = ["你好", "我的收货电话改成 13912345678，地址是杭州市西湖区文三路398号", "另外我对花生过敏，推荐零食时别推含花生的",

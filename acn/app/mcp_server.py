@@ -8,7 +8,7 @@ process keeps nothing per client between requests. Each request gets a Server of
 request's dependencies (the tenant among them): nothing of one caller is reachable from another's handler.
 
 The node then runs in the request's own thread, as the HTTP route runs it (the store's read priority knows
-request threads: acn/storage/lite/read_priority.py), and a slow call blocks no loop but its own.
+request threads: acn/storage/database/lite/read_priority.py), and a slow call blocks no loop but its own.
 """
 
 from __future__ import annotations

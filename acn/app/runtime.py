@@ -12,9 +12,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
+from acn.app.warmer import Warmer
 from acn.assembly.warm import texts_budget, warm_reads, warm_texts
 from acn.common.settings import Settings
-from acn.memory.warmer import Warmer
 from acn.providers.embedders import Embedder
 from acn.providers.embedding_setup import embedder_from_settings, embeds_in_background, inline_rows
 from acn.providers.llm_guard import LlmGate, parse_allow_list
@@ -22,16 +22,21 @@ from acn.providers.openai_chat import ChatClient
 from acn.providers.rerank import Reranker
 from acn.services.deps import Deps
 from acn.services.slots import WorkSlots
-from acn.storage.carry_over import carry_over
-from acn.storage.coordination import open_coordinator
-from acn.storage.crypto import SnapshotCipher
-from acn.storage.embedding_backlog import EmbeddingBacklog
-from acn.storage.lite.tokens import share_segmentation
-from acn.storage.memories import MemoryRepository
-from acn.storage.milvus import MilvusStore, open_store, warm_insert_checks
-from acn.storage.sealed import RefusedStore, RowSealer
-from acn.storage.sessions import SessionRepository
-from acn.storage.store_facts import check_encryption, read_fact, store_secret, write_fact
+from acn.storage.database import (
+    MilvusStore,
+    RefusedStore,
+    RowSealer,
+    SnapshotCipher,
+    check_encryption,
+    open_store,
+    read_fact,
+    share_segmentation,
+    store_secret,
+    warm_insert_checks,
+    write_fact,
+)
+from acn.storage.process import EmbeddingBacklog, trim_free_memory
+from acn.storage.repositories import MemoryRepository, SessionRepository, carry_over, open_coordinator
 from acn.text.byte_cache import TEXT_CACHE
 from acn.text.model_cache import cache_dir_setting, load_jieba_dictionary
 from acn.text.tokens import Tokenizer, load_tokenizer
@@ -109,7 +114,7 @@ class Runtime:
     reranker: Reranker | None = None
     # What the app opened beside the runtime (the key guard's Redis connection): closed with it, after the store.
     closers: list[Callable[[], None]] = field(default_factory=list)
-    # The start-up warmer of recently active sessions (acn/memory/warmer.py); /readyz reports it.
+    # The start-up warmer of recently active sessions (acn/app/warmer.py); /readyz reports it.
     warmer: Warmer | None = None
     _closed: threading.Event = field(default_factory=threading.Event)
 
@@ -133,7 +138,7 @@ class Runtime:
         store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
                                                db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
                                                flush_interval=settings.flush_interval_seconds,
-                                               trim_after_flush=settings.trim_after_flush,
+                                               trim_after_flush=settings.trim_after_flush, trim=trim_free_memory,
                                                flush_every_unsearched=settings.flush_every_unsearched_writes),
                            settings.store_wait_seconds)
         try:

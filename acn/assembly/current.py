@@ -16,7 +16,7 @@ from acn.common.models import Memory, Namespace, Segment
 from acn.compaction.key_numbers import EARLIER_SUFFIX
 from acn.compaction.segment_lines import render_segment
 from acn.compaction.state import working_state
-from acn.storage.memories import MemoryRepository
+from acn.storage.repositories import MemoryRepository
 from acn.text.numbers import extract_key_numbers, value_present
 
 _EARLIER = tuple(EARLIER_SUFFIX.values())

@@ -1,4 +1,4 @@
-"""The reads an assemble and a record_turn make of a session, made once by the start-up warmer (memory/warmer.py).
+"""The reads an assemble and a record_turn make of a session, made once by the start-up warmer (app/warmer.py).
 
 On a Lite file a session's in-process index answers each filter by testing every row once, then keeps the result
 (LocalIndex._mask, kept current by the writes): measured on a warmed 5k-row namespace, the first assemble spent
@@ -21,7 +21,7 @@ from acn.assembly.standing import FOCUSED_KINDS, STANDING_KINDS, STANDING_LIMIT
 from acn.common.models import MemoryKind, Namespace
 from acn.retrieval.rank import MemoryRetrieveRequest
 from acn.retrieval.ranker import load_model
-from acn.storage.memories import MemoryRepository
+from acn.storage.repositories import MemoryRepository
 from acn.text.byte_cache import TEXT_CACHE
 from acn.text.terms import segmented
 

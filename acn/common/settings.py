@@ -456,8 +456,8 @@ class Settings(StrictModel):
             "Fernet key (urlsafe base64, 32 bytes), or a path to a file holding one: session snapshots and memory rows "
             "(archived turns, memories: content, key and meta) are encrypted at rest, and memories stay searchable by "
             "BM25 over keyed hashes of their tokens (see [storage.md](storage.md#encryption-at-rest)). Keep it apart "
-            "from the store; `python -m acn.storage.crypto` prints a new key. A wrong or missing key for encrypted "
-            "data is a clear `encryption_key_error`, never plaintext guessed."
+            "from the store; `python -m acn.storage.database.crypto` prints a new key. A wrong or missing key for "
+            "encrypted data is a clear `encryption_key_error`, never plaintext guessed."
         ),
     )
     redact_snapshots: bool = Field(

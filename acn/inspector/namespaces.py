@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from acn.app.runtime import Runtime
-from acn.storage.memory_rows import NO_TURN
+from acn.storage.repositories import NO_TURN
 
 # Milvus caps one query window at 16,384 rows; the overview says so when a tenant has more.
 ROW_WINDOW = 16_384

@@ -8,8 +8,7 @@ from collections.abc import Callable, Sequence
 
 from acn.common.conversation import Turn
 from acn.common.models import Memory, Message, Namespace
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import new_memory_id
+from acn.storage.repositories import MemoryRepository, new_memory_id
 
 log = logging.getLogger("acn.archive")
 

@@ -9,9 +9,7 @@ from acn.common.errors import ConflictError
 from acn.common.models import Memory, Namespace
 from acn.memory.dedup_index import KNOWN_FIELDS, DedupIndex, Known, best_of, known, numbers_conflict
 from acn.memory.items import SUPERSEDING_KINDS, MemoryItem
-from acn.storage.lite.read_cache import Stamp
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_queries import scope_key
+from acn.storage.repositories import MemoryRepository, Stamp, scope_key
 from acn.text.similarity import normalise
 
 # How long a row may take from its stamp (now_ms) to landing in the store, for pools other processes write to.
@@ -68,7 +66,7 @@ class Pool:
     @classmethod
     def warm(cls, memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem]) -> Pool:
         """Build (or bring up to date) and keep the pool a batch of these items' scopes would load first (the
-        start-up warmer, acn/memory/warmer.py): parked as after a batch, under the namespace lock a batch takes."""
+        start-up warmer, acn/app/warmer.py): parked as after a batch, under the namespace lock a batch takes."""
         with memories.namespace_lock(tenant, namespace):
             pool = cls.load(memories, tenant, namespace, items)
             pool.park()

@@ -14,8 +14,7 @@ from acn.common.models import (
 from acn.memory.dedup_index import Known, numbers_conflict
 from acn.memory.items import DEFAULT_IMPORTANCE, MAX_CONTENT_CHARS, SUPERSEDING_KINDS, Action, MemoryItem, WriteResult
 from acn.memory.pool import Pool
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import new_memory_id
+from acn.storage.repositories import MemoryRepository, new_memory_id
 from acn.text.events import extract_events
 from acn.text.similarity import normalise
 

@@ -27,7 +27,7 @@ from acn.common.models import (
 from acn.common.stored import memory_problems
 from acn.memory.items import MAX_CONTENT_CHARS
 from acn.services.deps import Deps
-from acn.storage.memory_rows import SCOPED_ID_CHARS
+from acn.storage.repositories import SCOPED_ID_CHARS
 
 PAGE_LIMIT = 1000
 # A page stops before this many bytes of memories (at least one memory): every answer then fits the server's output
@@ -107,7 +107,8 @@ class ImportedMemory(Memory):
     reach filters), keys carry no quote, numbers fit int64.
     """
 
-    # An id is scoped by tenant in the store's 128-character key (acn/storage/memory_rows.py): at most 111 here.
+    # An id is scoped by tenant in the store's 128-character key (acn/storage/database/memory_rows.py): at most 111
+    # here.
     id: Identifier = Field(max_length=SCOPED_ID_CHARS)
     # What memory_write and the turn archive write at most: within the store's VARCHAR bytes, sealed or not.
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
@@ -229,8 +230,8 @@ def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportRes
     ids = list(dict.fromkeys(row.id for row in rows))
     if len(ids) != len(rows):
         raise ValidationError("memories: the same id appears twice in one import")
-    # Ids are scoped by tenant in the store (acn/storage/memory_rows.py stored_id): another tenant's rows with the
-    # same ids are never read, replaced or told of. Imports of one tenant run one at a time, so two racing over
+    # Ids are scoped by tenant in the store (acn/storage/database/memory_rows.py stored_id): another tenant's rows with
+    # the same ids are never read, replaced or told of. Imports of one tenant run one at a time, so two racing over
     # the same ids answer per row (created, then unchanged or updated) instead of both inserting one key; with
     # ACN_REDIS_URL across replicas too (a Redis lease).
     with memories.tenant_lock(deps.tenant), deps.sessions.tenant_exclusive(deps.tenant, "import"):

@@ -9,7 +9,7 @@ from acn.common.models import MAX_VERSION, Message, Namespace, NodeResponse, Seg
 from acn.compaction.segment_lines import render_working_summary
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps
-from acn.storage.memory_rows import QUERY_WINDOW
+from acn.storage.repositories import QUERY_WINDOW
 
 
 class SessionStateRequest(Namespace):

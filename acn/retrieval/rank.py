@@ -17,7 +17,7 @@ from acn.common import degraded
 from acn.common.errors import PackError
 from acn.common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
 from acn.services.deps import Deps
-from acn.storage.memory_rows import Scored
+from acn.storage.repositories import Scored
 from acn.text.lang import Language
 from acn.text.query import speaker_names
 from acn.text.terms import content_term_set, content_terms, expand_query

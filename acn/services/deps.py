@@ -10,9 +10,8 @@ from acn.providers.llm_guard import LlmGate
 from acn.providers.openai_chat import ChatClient
 from acn.providers.rerank import Reranker
 from acn.services.slots import WorkSlots
-from acn.storage.base import MemoryStore
-from acn.storage.memories import MemoryRepository
-from acn.storage.sessions import SessionRepository
+from acn.storage.database import MemoryStore
+from acn.storage.repositories import MemoryRepository, SessionRepository
 from acn.text.tokens import Tokenizer
 
 

@@ -118,7 +118,8 @@ def bm25_tokens(text: str) -> tuple[str, ...]:
 
     Measured on Milvus Lite 3.2.2 with storage.milvus.ANALYZER: punctuation tokens ("-", "#", "'") are kept
     and a query's repeated tokens count once each time they occur; only whitespace is dropped. The in-process
-    index (acn/storage/lite/local_index.py) ranks with these tokens, so it must keep in step with that analyzer.
+    index (acn/storage/database/lite/local_index.py) ranks with these tokens, so it must keep in step with that
+    analyzer.
     """
     return _bm25_tokens_cached(text) if len(text) <= CACHED_TOKENS_CHARS else _bm25_tokens(text)
 

@@ -9,7 +9,7 @@ processes write too, so MemoryRepository builds no ReadCache there.
 Three counters tell what is still current: `_epoch` bumps on deletes and failed writes (everything is dropped),
 `_revision` on writes that can change a view, `_archive_epoch` on archive writes; per agent, the write counters of
 `stamp` (what parked objects and `agent_view`, e.g. a namespace's standing memories, are checked against). Loads
-follow one protocol (acn/storage/lite/load_once.py).
+follow one protocol (acn/storage/database/lite/load_once.py).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import Any, TypeVar, cast
 
 from acn.common.errors import StoreUnavailableError
 from acn.common.models import Memory, Namespace
-from acn.storage.base import Filter, Record
-from acn.storage.lite.load_once import LoadOnce
-from acn.storage.lite.local_index import ROW_BYTES, LocalIndex
-from acn.storage.lite.predicate import supported
-from acn.storage.lite.read_priority import READS
-from acn.storage.memory_rows import (
+from acn.storage.database.base import Filter, Record
+from acn.storage.database.lite.load_once import LoadOnce
+from acn.storage.database.lite.local_index import ROW_BYTES, LocalIndex
+from acn.storage.database.lite.predicate import supported
+from acn.storage.database.lite.read_priority import READS
+from acn.storage.database.memory_rows import (
     ID_CUTS,
     NO_TURN,
     OUTPUT_FIELDS,
@@ -68,7 +68,7 @@ SAMPLE = Filter('(id >= "mem_0" and id < "mem_1") or (id >= "turn_0" and id < "t
 SAMPLE_SHARE = 16
 # A session index loaded by id on the request's thread up to this many rows; a larger one (up to the repository's
 # index_rows, and within its byte budget) loads by id on a background thread, tokenized there before it serves: the
-# start-up warmer's (acn/memory/warmer.py), or the loader's after a large write or a first read. Until then the store
+# start-up warmer's (acn/app/warmer.py), or the loader's after a large write or a first read. Until then the store
 # answers its reads (correct, slower): a request does not wait for a load of seconds (100k rows: ~2 s of lookups and
 # ~20 s of tokenizing), except for the start-up warmer's, which /readyz reports (see local_index).
 LISTED_LOAD_ROWS = 20_000
@@ -131,12 +131,13 @@ class ReadCache:
         self._background = background
         self._warming: set[GroupKey] = set()
         # Each waiting key with READS.finished() as of the read that asked for it: the load's reads come after
-        # that request's own store read and never alongside a request's read (acn/storage/lite/read_priority.py).
+        # that request's own store read and never alongside a request's read
+        # (acn/storage/database/lite/read_priority.py).
         self._warm_queue: deque[tuple[GroupKey, int]] = deque()
         self._warm_wakeup = threading.Event()
         self._warm_idle = threading.Event()
         self._warmer: threading.Thread | None = None
-        # Session indexes the start-up warmer (acn/memory/warmer.py) is loading: a request for one waits for that
+        # Session indexes the start-up warmer (acn/app/warmer.py) is loading: a request for one waits for that
         # load (bounded by PREWARM_WAIT) instead of answering from a scan of the store or loading it a second time.
         self._prewarming: dict[GroupKey, threading.Event] = {}
         # Indexes with rows whose text a background thread tokenizes (LocalIndex.index_pending).

@@ -27,9 +27,9 @@ from functools import lru_cache
 from typing import Any, ClassVar, NoReturn
 
 from acn.common.errors import PackError
-from acn.storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
-from acn.storage.crypto import EncryptionKeyError, SnapshotCipher, derive_key
-from acn.storage.lite.predicate import UnsupportedFilter, filter_tokens
+from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from acn.storage.database.crypto import EncryptionKeyError, SnapshotCipher, derive_key
+from acn.storage.database.lite.predicate import UnsupportedFilter, filter_tokens
 from acn.text.terms import bm25_tokens
 
 HASH_BYTES = 5  # 40 bits

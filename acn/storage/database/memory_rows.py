@@ -11,8 +11,8 @@ from functools import lru_cache
 from typing import Any
 
 from acn.common.models import Memory, Namespace
-from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
-from acn.storage.sealed import CIPHER_FIELD
+from acn.storage.database.base import CollectionSpec, Filter, MemoryStore, Record
+from acn.storage.database.sealed import CIPHER_FIELD
 
 ALL_SCOPES = ("session", "user", "agent", "shared")
 MEMORY_FIELDS = {
@@ -23,7 +23,8 @@ MEMORY_FIELDS = {
 }
 OUTPUT_FIELDS = ["id", "content", *MEMORY_FIELDS]
 # A collection with vectors holds this flag: 1 once a row's vector is its text's, 0 while the row waits in the
-# embedding backlog (acn/storage/embedding_backlog.py) with pending_vector(). Dense search reads flagged rows only.
+# embedding backlog (acn/storage/process/embedding_backlog.py) with pending_vector(). Dense search reads flagged rows
+# only.
 EMBEDDED_FIELD = "embedded"
 EMBEDDED = Filter("embedded == 1")
 NO_TURN = -1
@@ -53,8 +54,8 @@ class Scored:
 def memory_spec(prefix: str, dense_dim: int, *, sealed: bool = False, flagged: bool = True) -> CollectionSpec:
     """Return the memories collection spec; an embedder's dimension is part of the collection name.
 
-    Sealed (encrypted at rest, acn/storage/sealed.py): another collection, whose BM25 field holds hashed tokens and
-    which has a field for the ciphertext. With a dimension, the EMBEDDED_FIELD flag too (flagged=False: a
+    Sealed (encrypted at rest, acn/storage/database/sealed.py): another collection, whose BM25 field holds hashed tokens
+    and which has a field for the ciphertext. With a dimension, the EMBEDDED_FIELD flag too (flagged=False: a
     collection created before the flag existed).
     """
     name = f"{prefix}_memories" + (f"_d{dense_dim}" if dense_dim else "") + ("_sealed" if sealed else "")

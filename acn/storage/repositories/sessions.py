@@ -17,11 +17,9 @@ from typing import Any
 from acn.common.conversation import SessionState, VersionInfo
 from acn.common.errors import ConflictError, LeaseLostError, NotFoundError
 from acn.common.models import Namespace
-from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
-from acn.storage.coordination import Lease, RedisCoordinator
-from acn.storage.crypto import SnapshotCipher
-from acn.storage.listed_ids import ListedIds
-from acn.storage.memory_rows import every_row
+from acn.storage.database import CollectionSpec, Filter, MemoryStore, Record, SnapshotCipher, every_row
+from acn.storage.repositories.coordination import Lease, RedisCoordinator
+from acn.storage.repositories.listed_ids import ListedIds
 from acn.text.pii import redact_value
 
 SESSION_FIELDS = {
@@ -120,7 +118,8 @@ class SessionRepository:
         # replica may begin archiving at any time, unseen here: nothing is remembered there (_exclusive).
         self._clear: set[str] = set()
         self._archivings = 0
-        # Lite: the id of every head row and uncommitted archiving mark that may exist (acn/storage/listed_ids.py):
+        # Lite: the id of every head row and uncommitted archiving mark that may exist
+        # (acn/storage/repositories/listed_ids.py):
         # a new session's first call learns "version 0, not archiving" without a read.
         self.present = ListedIds(enabled=self._exclusive, what="session heads")
         self.listing: threading.Thread | None = None

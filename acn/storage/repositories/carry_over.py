@@ -21,11 +21,19 @@ from __future__ import annotations
 import logging
 import re
 
-from acn.storage.base import Filter, MemoryStore, Record
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import EMBEDDED_FIELD, OUTPUT_FIELDS, memory_spec, pending_vector
-from acn.storage.sealed import SealedStore
-from acn.storage.store_facts import read_fact, write_fact
+from acn.storage.database import (
+    EMBEDDED_FIELD,
+    OUTPUT_FIELDS,
+    Filter,
+    MemoryStore,
+    Record,
+    SealedStore,
+    memory_spec,
+    pending_vector,
+    read_fact,
+    write_fact,
+)
+from acn.storage.repositories.memories import MemoryRepository
 
 log = logging.getLogger("acn.store")
 BATCH = 500  # rows copied (and, without the backlog, embedded) at a time

@@ -19,7 +19,7 @@ Why it stays correct:
 - A session's high-water mark is written as the max of what this process knew and the batch's stamps. Two
   replicas writing one session at once could each write their own max (the later upsert wins): what is lost is
   at most the other batch's run ahead of the wall clock (a batch stamps items faster than one per ms), and
-  record_turn writes a session only under its Redis lease (acn/storage/coordination.py).
+  record_turn writes a session only under its Redis lease (acn/storage/repositories/coordination.py).
 - Rows written before heads existed: a background pass reads the collection once, writes their heads and then a
   `built` marker row; until the marker exists no head is trusted (`ready` is False, /readyz says so) and every
   read takes the old path.
@@ -40,9 +40,8 @@ from typing import Any
 
 from acn.common.models import Memory, Namespace
 from acn.common.stored import stamp_bounds
-from acn.storage.base import CollectionSpec, Filter, MemoryStore, Record
-from acn.storage.listed_ids import ListedIds
-from acn.storage.memory_rows import QUERY_WINDOW, every_row, stored_id
+from acn.storage.database import QUERY_WINDOW, CollectionSpec, Filter, MemoryStore, Record, every_row, stored_id
+from acn.storage.repositories.listed_ids import ListedIds
 
 HEAD_FIELDS = {"tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "kind": "varchar",
                "high_ms": "int64", "ids": "json"}
@@ -158,8 +157,8 @@ class MemoryHeads:
         # The repository's write lock: the background pass lists rows under it, so that its page writes and a
         # save's never interleave.
         self.write_order: threading.RLock = threading.RLock()
-        # On a Lite file: the id of every head that may exist (acn/storage/listed_ids.py): a new session's first
-        # call learns "no head" without a read.
+        # On a Lite file: the id of every head that may exist (acn/storage/repositories/listed_ids.py): a new session's
+        # first call learns "no head" without a read.
         self.present = ListedIds(enabled=exclusive, what="memory heads")
         self.listing: threading.Thread | None = None
 
@@ -318,7 +317,7 @@ class MemoryHeads:
     def recent_sessions(self, limit: int) -> list[tuple[str, Namespace, int]]:
         """Return up to `limit` sessions that hold rows, most recently written first: (tenant, namespace, high-water
         mark). One read of the heads collection (a row per session, agent and tenant, and their member pages; not
-        the memories): for the start-up warmer (acn/memory/warmer.py), off the request path. The marks read are
+        the memories): for the start-up warmer (acn/app/warmer.py), off the request path. The marks read are
         remembered, as a lookup's would be."""
         if not self.ready.is_set():
             return []

@@ -20,7 +20,7 @@ from typing import Any
 from pymilvus import MilvusClient
 from pymilvus.client.prepare import Prepare
 
-from acn.storage.base import Record
+from acn.storage.database.base import Record
 
 log = logging.getLogger("acn.store")
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 PATIENCE = 2.0  # seconds a background read waits for its turn at most
 # Seconds between the end of the request that asked for a load and the load's first read: the app has returned
@@ -129,18 +128,3 @@ class ReadPriority:
 # One per process: the interpreter's lock that Lite's work competes for is the process's.
 READS = ReadPriority()
 
-
-class Foreground:
-    """WSGI wrapper: the app's handling of a request (not the sending of its body) is foreground work.
-
-    Why: a session index loading in the background makes Milvus Lite (running in this process) build thousands of
-    rows under the interpreter lock; alongside a request that slows the request down, from its store search to its
-    ranking and rendering (READS above).
-    """
-
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
-        self._app = app
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        with READS.foreground():
-            return self._app(environ, start_response)

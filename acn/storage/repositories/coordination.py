@@ -11,7 +11,8 @@ gets a fencing token (a per-session counter incremented in the same script that 
 first runs `check`: one script that, atomically, confirms the caller still holds the lock with the newest token
 and extends the lease. Only then does the store write. A stalled holder's late commit fails that check (409
 lease_lost): the newer holder's versions are never overwritten. The repository also stores the token in the
-session's head row and refuses a commit whose token is older than the stored one (see acn/storage/sessions.py).
+session's head row and refuses a commit whose token is older than the stored one (see
+acn/storage/repositories/sessions.py).
 
 The residual window, stated plainly: the check and the store write are two calls (Milvus cannot check a token
 itself), so a process that stalls for longer than a whole lease *between* the check and the write could still

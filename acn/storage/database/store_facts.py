@@ -17,8 +17,8 @@ import secrets
 import time
 
 from acn.common.errors import StoreUnavailableError
-from acn.storage.base import Filter, MemoryStore
-from acn.storage.crypto import MARKER, EncryptionKeyError, SnapshotCipher
+from acn.storage.database.base import Filter, MemoryStore
+from acn.storage.database.crypto import MARKER, EncryptionKeyError, SnapshotCipher
 
 log = logging.getLogger("acn.store")
 

@@ -1,6 +1,6 @@
 """Encryption at rest (session snapshots, memory rows), with a key kept apart from the store.
 
-`python -m acn.storage.crypto` prints a new key.
+`python -m acn.storage.database.crypto` prints a new key.
 """
 
 from __future__ import annotations

@@ -80,7 +80,8 @@ class CollectionSpec:
     dense_dim: int = 0
     partition_key: str | None = None
     # How the store tokenizes text_field: "jieba" (the product's analyzer) or "hashed" (text that is already
-    # tokens, space-separated: keyed hashes of the jieba tokens in an encrypted collection, acn/storage/sealed.py).
+    # tokens, space-separated: keyed hashes of the jieba tokens in an encrypted collection,
+    # acn/storage/database/sealed.py).
     analyzer: str = "jieba"
 
 

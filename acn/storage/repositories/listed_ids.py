@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from acn.storage.base import Record
+from acn.storage.database import Record
 
 LISTED_IDS = 262_144  # ids held at most (~120 B each); beyond, the list is dropped and absence is read by key
 log = logging.getLogger("acn.store")

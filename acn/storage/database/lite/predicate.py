@@ -1,6 +1,7 @@
 """A Filter evaluated in Python against a stored row, for what this process serves from memory.
 
-The in-process index (acn/storage/lite/local_index.py) must select exactly the rows the store would. It evaluates the
+The in-process index (acn/storage/database/lite/local_index.py) must select exactly the rows the store would. It
+evaluates the
 same Filter the store gets, so the two paths cannot drift apart. The grammar is the part of Milvus's boolean
 expressions the repositories write: comparisons of a field with a literal or a {placeholder} (== != < <= > >=),
 `in` / `not in` a list, `and`, `or`, `not` and parentheses. Anything else raises UnsupportedFilter and the
@@ -17,7 +18,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any, cast
 
-from acn.storage.base import Filter, Record
+from acn.storage.database.base import Filter, Record
 
 Predicate = Callable[[Record], bool]
 # A compiled template: given the filter's parameters, the predicate over a row.

@@ -16,19 +16,18 @@ from pymilvus.client import entity_helper
 from pymilvus.exceptions import MilvusException
 
 from acn.common.errors import StoreUnavailableError
-from acn.storage.allocator import trim_free_memory
-from acn.storage.base import CollectionSpec, Filter, Hit, MemoryStore, Record
-from acn.storage.lite.column_insert import ColumnInsert
-from acn.storage.lite.read_priority import READS
-from acn.storage.locks import SharedLock, WriteLock
+from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from acn.storage.database.lite.column_insert import ColumnInsert
+from acn.storage.database.lite.read_priority import READS
+from acn.storage.database.locks import SharedLock, WriteLock
 
 log = logging.getLogger("acn.store")
 
 # The portable jieba analyzer: same ranking on Lite 3 and the C++ engine ({"type": "chinese"} is
 # rejected by Lite 3). See STORAGE.md.
 ANALYZER = {"tokenizer": "jieba", "filter": ["lowercase", "cnalphanumonly"]}
-# Text that is already tokens (acn/storage/sealed.py writes lower-case base32 hashes separated by spaces). Milvus's
-# "whitespace" tokenizer would say it best, but Lite 3.2.2 knows only "standard" and "jieba"; "standard" splits
+# Text that is already tokens (acn/storage/database/sealed.py writes lower-case base32 hashes separated by spaces).
+# Milvus's "whitespace" tokenizer would say it best, but Lite 3.2.2 knows only "standard" and "jieba"; "standard" splits
 # on non-word characters, and a token of [a-z2-7] is one word on both engines.
 ANALYZERS = {"jieba": ANALYZER, "hashed": {"tokenizer": "standard"}}
 MAX_VARCHAR = 65535
@@ -110,7 +109,7 @@ class MilvusStore(MemoryStore):
 
     def __init__(self, uri: str, *, token: str = "", db_name: str = "", flush_every: int = 200,
                  flush_interval: float = 5.0, trim_after_flush: bool = True,
-                 trim: Callable[[], bool] = trim_free_memory, flush_every_unsearched: int = 1000) -> None:
+                 trim: Callable[[], bool] | None = None, flush_every_unsearched: int = 1000) -> None:
         self.uri = uri
         self.is_server = uri.startswith(("http://", "https://", "tcp://", "grpc://"))
         self._token = token
@@ -536,7 +535,8 @@ class MilvusStore(MemoryStore):
     def _read(self, operation: Callable[[MilvusClient], T]) -> T:
         if self._flush_gate is None:
             return self._call(operation)
-        # Lite runs in this process: a background read waits for requests' reads (acn/storage/lite/read_priority.py).
+        # Lite runs in this process: a background read waits for requests' reads
+        # (acn/storage/database/lite/read_priority.py).
         with READS.reading(), self._flush_gate.shared():
             return self._call(operation)
 

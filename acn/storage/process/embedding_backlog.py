@@ -45,10 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
-from acn.storage.base import Filter, Record
-from acn.storage.lite.read_priority import READS
-from acn.storage.memories import MemoryRepository
-from acn.storage.memory_rows import EMBEDDED_FIELD, OUTPUT_FIELDS, client_id, stored_id
+from acn.storage.database import EMBEDDED_FIELD, OUTPUT_FIELDS, READS, Filter, Record, client_id, stored_id
+from acn.storage.repositories import MemoryRepository
 
 log = logging.getLogger("acn.embedding")
 PENDING = Filter("embedded == 0")
@@ -263,7 +261,7 @@ class EmbeddingBacklog:
                  and current[memory_id]["content"] == content]
         if not ready:
             return []
-        # Rows as stored: their primary keys, not the ids clients know (acn/storage/memory_rows.py stored_id).
+        # Rows as stored: their primary keys, not the ids clients know (acn/storage/database/memory_rows.py stored_id).
         whole: list[Record] = [{**current[memory_id], "id": stored_id(tenant, memory_id), "dense": vector,
                                 EMBEDDED_FIELD: 1} for memory_id, vector in ready]
         try:

@@ -17,17 +17,26 @@ from acn.common.errors import ProviderError, ProviderTimeoutError
 from acn.common.models import Memory, Namespace
 from acn.common.stored import stamp_bounds
 from acn.providers.embedders import Embedder
-from acn.storage.base import Filter, Hit, MemoryStore, Record
-from acn.storage.lite.local_index import DISTINCT_FETCH, LocalIndex
-from acn.storage.lite.read_cache import CACHED_BYTES, CACHED_INDEX_ROWS, GroupKey, ReadCache, Stamp
-from acn.storage.memory_heads import MemoryHeads
-from acn.storage.memory_queries import MemoryQueries, scope_key
-from acn.storage.memory_rows import (
+from acn.storage.database import (
+    CACHED_BYTES,
+    CACHED_INDEX_ROWS,
+    DISTINCT_FETCH,
     EMBEDDED,
     EMBEDDED_FIELD,
     OUTPUT_FIELDS,
     QUERY_WINDOW,
+    Filter,
+    GroupKey,
+    Hit,
+    LocalIndex,
+    MemoryStore,
+    ReadCache,
+    Record,
+    RefusedStore,
+    RowSealer,
     Scored,
+    SealedStore,
+    Stamp,
     client_id,
     every_row,
     for_user_rows,
@@ -40,6 +49,7 @@ from acn.storage.memory_rows import (
     namespace_filter,
     one_per_text,
     pending_vector,
+    sealing_problem,
     session_filter,
     stored_id,
     stored_ids,
@@ -50,7 +60,8 @@ from acn.storage.memory_rows import (
     user_turns_group,
     with_client_id,
 )
-from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
+from acn.storage.repositories.memory_heads import MemoryHeads
+from acn.storage.repositories.memory_queries import MemoryQueries, scope_key
 
 T = TypeVar("T")
 CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
@@ -76,7 +87,7 @@ class MemoryRepository(MemoryQueries):
         # calls: see providers.embedding_setup.inline_rows).
         self.inline_rows = inline_rows
         self.flagged = embedder is not None
-        self.created = False  # open(): this start created the collection (see acn/storage/carry_over.py)
+        self.created = False  # open(): this start created the collection (see acn/storage/repositories/carry_over.py)
         self.on_pending: Callable[[str, list[tuple[str, str]]], None] | None = None
         self.write_order = threading.RLock()
         self._prefix = prefix
@@ -85,7 +96,7 @@ class MemoryRepository(MemoryQueries):
         self.sealer = sealer
         self.spec = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is not None)
         self._twin = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is None)
-        # The store's secret (acn/storage/store_facts.py), for deterministic ids another tenant cannot predict;
+        # The store's secret (acn/storage/database/store_facts.py), for deterministic ids another tenant cannot predict;
         # Runtime.open sets it (a repository built without one, in tests, keys with a fixed one).
         self.secret = b"acn unkeyed repository"
         self._raw_store = store
@@ -99,8 +110,8 @@ class MemoryRepository(MemoryQueries):
         self._namespace_locks: weakref.WeakValueDictionary[tuple[str, str], threading.RLock] = \
             weakref.WeakValueDictionary()
         # With a Lite file this process is the only writer: repeated reads are served from memory and kept
-        # current by the writes themselves (acn/storage/lite/read_cache.py). Against a server other processes write too:
-        # no cache there.
+        # current by the writes themselves (acn/storage/database/lite/read_cache.py). Against a server other processes
+        # write too: no cache there.
         exclusive = not getattr(store, "is_server", True)
         self.warming: threading.Thread | None = None  # the start-up search (open); Runtime.open waits for it
         # No search of the store yet (a Lite file with in-process indexes: see open() and _local_index).
@@ -169,7 +180,8 @@ class MemoryRepository(MemoryQueries):
         return self._query_range(store, where, fields, "", None, collection)
 
     def forget_cached(self) -> None:
-        """Drop what the read cache holds (rows were written behind its back: acn/storage/carry_over.py)."""
+        """Drop what the read cache holds (rows were written behind its back:
+        acn/storage/repositories/carry_over.py)."""
         self._forget_all()
 
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
@@ -192,7 +204,7 @@ class MemoryRepository(MemoryQueries):
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
         existed = self.existed = self._raw_store.exists(self.spec.name)
-        # A new collection beside memories written under another embedder: see acn/storage/carry_over.py.
+        # A new collection beside memories written under another embedder: see acn/storage/repositories/carry_over.py.
         self.created = not existed
         self.store.ensure(self.spec)
         names = self.store.field_names(self.spec.name) if self.flagged else None
@@ -620,8 +632,8 @@ class MemoryRepository(MemoryQueries):
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
         With `within`, only the rows that namespace's session can read are searched (group_filter); with a Lite
-        file they are then searched in memory (acn/storage/lite/local_index.py). With `distinct`, each list holds one
-        copy of a text (one_per_text): a line repeated across a session takes one place, not many.
+        file they are then searched in memory (acn/storage/database/lite/local_index.py). With `distinct`, each list
+        holds one copy of a text (one_per_text): a line repeated across a session takes one place, not many.
         """
         flt = tenant_filter(tenant).and_(where)
         if within is not None:

@@ -36,9 +36,7 @@ from collections.abc import Callable
 from acn.common.models import Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.pool import Pool
-from acn.storage.lite.read_cache import CACHED_INDEXES, CACHED_POOLS
-from acn.storage.memories import SHARED_KEPT, MemoryRepository
-from acn.storage.memory_rows import user_group
+from acn.storage.repositories import CACHED_INDEXES, CACHED_POOLS, SHARED_KEPT, MemoryRepository, user_group
 
 # Sessions warmed at most: as many as the caches keep (more would push the most recent out again).
 WARM_SESSIONS = min(CACHED_POOLS, CACHED_INDEXES, SHARED_KEPT)

@@ -28,9 +28,16 @@ from typing import Any
 import numpy as np
 
 from acn.common.models import Memory
-from acn.storage.base import Filter, Record
-from acn.storage.lite.predicate import read_fields, tuple_predicate
-from acn.storage.memory_rows import EMBEDDED_FIELD, MEMORY_FIELDS, client_id, from_record, to_record, with_client_id
+from acn.storage.database.base import Filter, Record
+from acn.storage.database.lite.predicate import read_fields, tuple_predicate
+from acn.storage.database.memory_rows import (
+    EMBEDDED_FIELD,
+    MEMORY_FIELDS,
+    client_id,
+    from_record,
+    to_record,
+    with_client_id,
+)
 from acn.text.terms import bm25_tokens
 
 K1 = 1.2

@@ -3,9 +3,9 @@ what a rollback undoes. The store's expression language stays inside storage/.
 
 Every caller above storage asks one of these (retrieval, assembly, the write path, the session and admin nodes,
 the inspector); none writes a filter. So a new question is a new method here, reviewed beside the encryption
-(acn/storage/sealed.py refuses filters on sealed fields) and the in-process evaluator
-(acn/storage/lite/predicate.py) that must understand it, instead of a string in a node. The primitives below are what
-MemoryRepository implements over a MemoryStore (as langgraph's store derives its helpers from `batch`).
+(acn/storage/database/sealed.py refuses filters on sealed fields) and the in-process evaluator
+(acn/storage/database/lite/predicate.py) that must understand it, instead of a string in a node. The primitives below
+are what MemoryRepository implements over a MemoryStore (as langgraph's store derives its helpers from `batch`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 
 from acn.common.models import Memory, Namespace
-from acn.storage.base import Filter, Record
-from acn.storage.memory_rows import (
+from acn.storage.database import (
+    Filter,
+    Record,
     Scored,
     kinds_filter,
     live_filter,

@@ -1,0 +1,73 @@
+"""The database room: the store interface, Milvus behind it, encryption at rest, and the Lite engine's speed code.
+
+Its door is this module: the other rooms and the app's wiring import the names below and nothing under it.
+- the store interface (`MemoryStore` and its records, filters, hits and collection specs) and its Milvus
+  implementation (`MilvusStore`, `open_store`), with the flush policy and the write lock inside;
+- encryption at rest (`SnapshotCipher`, `RowSealer`, `SealedStore`, `RefusedStore`) and the store's own facts;
+- how a memory is a row (`memory_spec`, `to_record`/`from_record`, stored ids, the filters a read is made of);
+- what only a Milvus Lite file needs, in `lite/`: the read cache with its session indexes (`ReadCache`, `Kept`),
+  read priority (`READS`) and the shared segmentation of tokens.
+"""
+
+from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, Record
+from acn.storage.database.crypto import EncryptionKeyError, SnapshotCipher
+from acn.storage.database.lite.local_index import DISTINCT_FETCH, LocalIndex
+from acn.storage.database.lite.read_cache import (
+    CACHED_BYTES,
+    CACHED_INDEX_ROWS,
+    CACHED_INDEXES,
+    CACHED_POOLS,
+    GroupKey,
+    ReadCache,
+    Stamp,
+)
+from acn.storage.database.lite.read_priority import READS
+from acn.storage.database.lite.tokens import share_segmentation
+from acn.storage.database.memory_rows import (
+    EMBEDDED,
+    EMBEDDED_FIELD,
+    NO_TURN,
+    OUTPUT_FIELDS,
+    QUERY_WINDOW,
+    SCOPED_ID_CHARS,
+    Scored,
+    client_id,
+    every_row,
+    for_user_rows,
+    from_record,
+    group_filter,
+    group_turns_user,
+    group_user,
+    kinds_filter,
+    live_filter,
+    memory_spec,
+    namespace_filter,
+    new_memory_id,
+    one_per_text,
+    pending_vector,
+    scope_filter,
+    session_filter,
+    stored_id,
+    stored_ids,
+    tenant_filter,
+    to_record,
+    user_filter,
+    user_group,
+    user_turns_group,
+    with_client_id,
+)
+from acn.storage.database.milvus import MilvusStore, open_store, warm_insert_checks
+from acn.storage.database.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
+from acn.storage.database.store_facts import check_encryption, read_fact, store_secret, write_fact
+
+__all__ = [
+    "CACHED_BYTES", "CACHED_INDEXES", "CACHED_INDEX_ROWS", "CACHED_POOLS", "DISTINCT_FETCH", "EMBEDDED",
+    "EMBEDDED_FIELD", "NO_TURN", "OUTPUT_FIELDS", "QUERY_WINDOW", "READS", "SCOPED_ID_CHARS",
+    "CollectionSpec", "EncryptionKeyError", "Filter", "GroupKey", "Hit", "LocalIndex", "MemoryStore", "MilvusStore",
+    "ReadCache", "Record", "RefusedStore", "RowSealer", "Scored", "SealedStore", "SnapshotCipher", "Stamp",
+    "check_encryption", "client_id", "every_row", "for_user_rows", "from_record", "group_filter", "group_turns_user",
+    "group_user", "kinds_filter", "live_filter", "memory_spec", "namespace_filter", "new_memory_id", "one_per_text",
+    "open_store", "pending_vector", "read_fact", "scope_filter", "sealing_problem", "session_filter",
+    "share_segmentation", "store_secret", "stored_id", "stored_ids", "tenant_filter", "to_record", "user_filter",
+    "user_group", "user_turns_group", "warm_insert_checks", "with_client_id", "write_fact",
+]
