@@ -161,7 +161,7 @@ def start_lite_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 
 def wait_for_store(uri: str, timeout: float = 60.0) -> None:
     """Wait until a Milvus server answers a gRPC call (an open port is not yet a ready server)."""
-    from acn.storage.database.milvus import MilvusStore, open_store
+    from acn.storage.database import MilvusStore, open_store
 
     store = open_store(lambda: MilvusStore(uri), timeout)
     try:
@@ -176,7 +176,7 @@ def lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     One process serves the whole session, so a connection to it may sit idle for minutes between the tests that
     use it: each store opens and closes a channel of its own, with keepalive the server tolerates
-    (acn/storage/database/milvus.py GRPC_OPTIONS); a store left open by a test cannot poison the next test's connection.
+    (acn/storage/database/milvus_setup.py GRPC_OPTIONS); a store left open by a test cannot poison the next test's connection.
     """
     if ENGINE:
         pytest.skip("the C++ Milvus Lite runs embedded only (no server mode)")

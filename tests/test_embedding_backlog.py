@@ -268,7 +268,7 @@ def test_a_request_write_goes_between_the_vector_writes_of_one_batch(
     # written, a request saves; the worker's next store call waits for that save to finish (bounded), which it
     # can only do if the worker does not hold write_order across its calls. Before: the worker re-read and wrote
     # the whole batch in one hold, and the save finished after every vector of the batch.
-    from acn.storage import embedding_backlog
+    from acn.storage.process import embedding_backlog
 
     store, repository = opened
     rows = 12  # three holds of WRITE_ROWS (4)
@@ -388,7 +388,7 @@ def test_vector_writes_do_not_make_the_store_flush_but_requests_writes_do(tmp_pa
 
 
 def test_which_engines_take_partial_updates() -> None:
-    from acn.storage.database.milvus import partial_updates_in
+    from acn.storage.database.milvus_setup import partial_updates_in
 
     assert partial_updates_in("milvus_lite-3.2.2") and partial_updates_in("v2.6.0") and partial_updates_in("2.6.3-rc1")
     assert not any(partial_updates_in(v) for v in ("milvus_lite-2.5.1", "v2.5.4", "", "unknown"))

@@ -19,7 +19,8 @@ from acn.memory.write import new_memory
 from acn.providers.embedders import HashEmbedder
 from acn.storage.database.base import Filter
 from acn.storage.database.memory_rows import kinds_filter, live_filter, scope_filter, to_record
-from acn.storage.database.milvus import MAX_VARCHAR, MilvusStore
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.database.milvus_setup import MAX_VARCHAR
 from acn.storage.repositories.memories import MemoryRepository
 from acn.storage.repositories.sessions import SessionRepository
 from tests.conftest import ENGINE
@@ -161,13 +162,13 @@ def test_each_collection_is_flushed_inline_at_its_own_count(lite_server: str) ->
         sessions.open()
         ns = Namespace(agent_id="a", session_id="s")
         sessions.commit("t1", ns, SessionState(), reason="test")  # a snapshot row, the head row, the archive mark
-        per_commit = store.unflushed_in(sessions.spec.name)
-        while store.unflushed_in(sessions.spec.name) + per_commit < 10:
+        per_commit = store.flushes.unflushed_in(sessions.spec.name)
+        while store.flushes.unflushed_in(sessions.spec.name) + per_commit < 10:
             sessions.commit("t1", ns, SessionState(), reason="test")
-        waiting = store.unflushed_in(sessions.spec.name)
+        waiting = store.flushes.unflushed_in(sessions.spec.name)
         memories_of(ns, [f"第{i}条" for i in range(9)], memories)
         # Neither collection has reached 10 (nor has the memory heads' collection: see memory_heads.py).
-        unflushed = lambda: (store.unflushed_in(sessions.spec.name), store.unflushed_in(memories.spec.name))  # noqa: E731
+        unflushed = lambda: (store.flushes.unflushed_in(sessions.spec.name), store.flushes.unflushed_in(memories.spec.name))  # noqa: E731
         assert per_commit >= 1 and 10 - per_commit <= waiting < 10
         assert unflushed() == (waiting, 9)
         memories_of(ns, ["第十条"], memories)
@@ -198,12 +199,12 @@ def test_a_lite_collection_nothing_searches_is_flushed_inline_at_the_larger_coun
         store.flush()  # the memory heads' marker written at open would make a pause flush due
         with store.background():  # no flush in the pause after a write: only inline flushes here
             memories_of(ns, [f"第{i}条" for i in range(10)], memories)
-            assert store.unflushed_in(memories.spec.name) == 0  # searched since its last flush: flushed at 10
+            assert store.flushes.unflushed_in(memories.spec.name) == 0  # searched since its last flush: flushed at 10
             memories_of(ns, [f"第{i}条" for i in range(10, 30)], memories)
-            assert store.unflushed_in(memories.spec.name) == 20  # nothing searched it since: waits for 30
+            assert store.flushes.unflushed_in(memories.spec.name) == 20  # nothing searched it since: waits for 30
             store.search_text(memories.spec.name, "第五条", limit=5, where=Filter(""), fields=["id"])
             memories_of(ns, ["第三十条"], memories)
-            assert store.unflushed_in(memories.spec.name) == 0  # searched: 21 >= 10
+            assert store.flushes.unflushed_in(memories.spec.name) == 0  # searched: 21 >= 10
         assert memories.count("t1", Filter("")) == 31
     finally:
         store.close()

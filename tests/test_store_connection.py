@@ -21,7 +21,8 @@ import grpc
 import pytest
 
 from acn.common.errors import StoreUnavailableError
-from acn.storage.database.milvus import GRPC_OPTIONS, MilvusStore, open_store
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.database.milvus_setup import GRPC_OPTIONS, open_store
 from tests.conftest import ROOT, free_port, server_env, start_lite_server, stop_process, wait_for_port
 
 # grpcio's server defaults (what `python -m milvus_lite server` runs with): pings on a connection with no call

@@ -56,7 +56,8 @@ from acn.storage.database.memory_rows import (
     user_turns_group,
     with_client_id,
 )
-from acn.storage.database.milvus import MilvusStore, open_store, warm_insert_checks
+from acn.storage.database.milvus import MilvusStore
+from acn.storage.database.milvus_setup import open_store, warm_insert_checks
 from acn.storage.database.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 from acn.storage.database.store_facts import check_encryption, read_fact, store_secret, write_fact
 
