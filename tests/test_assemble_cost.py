@@ -211,7 +211,7 @@ def test_standing_memories_written_after_an_assemble_are_in_the_next(tmp_path: P
         assert written.status_code == 200
         added = assembled(app)
         assert "转账只能走对公账户" in added["prompt"]
-        decision = next(m for m in runtime.memories.standing(DEFAULT_TENANT, Namespace(**NS), ["decision"], limit=10))
+        decision = next(m for m in runtime.memories.queries.standing(DEFAULT_TENANT, Namespace(**NS), ["decision"], limit=10))
         assert client.delete(f"/v1/memories/{decision.id}").status_code == 200
         deleted = assembled(app)
         assert "星辰科技" not in deleted["prompt"]

@@ -1,6 +1,6 @@
 """One default embedder everywhere (issue 28): `use` when ACN_EMBEDDER is not set, for `python server.py` and the
 app factory gunicorn runs; and a store written under the old default (`none`) keeps every memory after the
-upgrade (acn/storage/repositories/carry_over.py)."""
+upgrade (acn/storage/repositories/row_moves.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from acn.server import create_app
 from acn.storage.database.base import Filter
 from acn.storage.database.memory_rows import EMBEDDED_FIELD, memory_spec
 from acn.storage.database.store_facts import read_fact, write_fact
-from acn.storage.repositories.carry_over import DONE, fact_name
+from acn.storage.repositories.row_moves import DONE, fact_name
 from tests.conftest import ROOT, free_port, make_settings, post, server_env, stop_process, wait_for_port
 
 NS = {"agent_id": "upgrade", "session_id": "s1", "user_id": "u1"}

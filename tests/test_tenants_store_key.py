@@ -31,7 +31,7 @@ def keyed_store_without_memories(folder: Path, key: str) -> None:
                     ).status_code == 200
         runtime = app.extensions["acn"]
         runtime.memories.delete_namespace("default", "a", None, None)
-        assert runtime.memories.count_in("default", "a", None, None) == 0
+        assert runtime.memories.queries.count_in("default", "a", None, None) == 0
     finally:
         app.extensions["acn"].close()
 

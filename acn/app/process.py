@@ -8,12 +8,9 @@ before anything of ours that imports pymilvus.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from acn.common.settings import Settings
 from acn.storage.process import Foreground, limit_malloc_arenas
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def prepare_process(settings: Settings) -> None:
@@ -22,7 +19,7 @@ def prepare_process(settings: Settings) -> None:
     limit_malloc_arenas(settings.malloc_arenas)
 
 
-def requests_first(app: WsgiApp) -> WsgiApp:
+def requests_first(app: Callable[..., Iterable[bytes]]) -> Foreground:
     """Return the app with its handling of each request marked foreground work: background reads of the embedded
     Lite (a session index loading) wait for it (acn/storage/database/lite/read_priority.py)."""
     return Foreground(app)

@@ -36,7 +36,13 @@ from acn.storage.database import (
     write_fact,
 )
 from acn.storage.process import EmbeddingBacklog, trim_free_memory
-from acn.storage.repositories import MemoryRepository, SessionRepository, carry_over, open_coordinator
+from acn.storage.repositories import (
+    MemoryRepository,
+    SessionRepository,
+    carry_over,
+    open_coordinator,
+    scope_legacy_ids,
+)
 from acn.text.byte_cache import TEXT_CACHE
 from acn.text.model_cache import cache_dir_setting, load_jieba_dictionary
 from acn.text.tokens import Tokenizer, load_tokenizer
@@ -177,7 +183,7 @@ class Runtime:
             # this collection before the backlog's first scan, which then fills their vectors.
             carry_over(memories, sessions.spec.name)
             if read_fact(store, sessions.spec.name, "ids_scoped") is None:  # a store from before ids were scoped
-                memories.scope_legacy_ids()
+                scope_legacy_ids(memories)
                 write_fact(store, sessions.spec.name, "ids_scoped", "v1")
             backlog = EmbeddingBacklog(memories, batch=settings.embedding_batch).start() \
                 if memories.embed_later else None

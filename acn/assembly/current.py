@@ -25,16 +25,16 @@ _EARLIER = tuple(EARLIER_SUFFIX.values())
 def stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) -> set[str]:
     """Return values that superseded memories stated and their successors no longer do."""
     # Only a supersede, an update or a delete changes this: the repository remembers it until one happens.
-    key = ("stale_values", memories.superseded_key(tenant, namespace))
-    return memories.view(key, lambda: _stale_values(memories, tenant, namespace))
+    key = ("stale_values", memories.queries.superseded_key(tenant, namespace))
+    return memories.kept.view(key, lambda: _stale_values(memories, tenant, namespace))
 
 
 def _stale_values(memories: MemoryRepository, tenant: str, namespace: Namespace) -> set[str]:
-    old = memories.superseded_in(tenant, namespace, limit=500)
+    old = memories.queries.superseded_in(tenant, namespace, limit=500)
     if not old:
         return set()
     successors = {m.superseded_by for m in old if m.superseded_by}
-    live = {m.id: m for m in memories.within_by_ids(tenant, namespace, sorted(successors), limit=500)}
+    live = {m.id: m for m in memories.queries.within_by_ids(tenant, namespace, sorted(successors), limit=500)}
     stale: set[str] = set()
     for memory in old:
         successor = live.get(memory.superseded_by or "")

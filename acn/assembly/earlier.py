@@ -25,7 +25,7 @@ def earlier_conversation_memories(namespace: Namespace, user_input: str, deps: D
     each dated by its conversation's day (its own `meta.date` / `meta.time` when it has one)."""
     if not namespace.user_id or not asks_about_earlier_conversation(user_input):
         return []
-    found = deps.memories.earlier_messages(deps.tenant, namespace, user_input, limit=EARLIER_LIMIT)
+    found = deps.memories.queries.earlier_messages(deps.tenant, namespace, user_input, limit=EARLIER_LIMIT)
     return [dated(memory) for memory in found]
 
 

@@ -26,7 +26,7 @@ STANDING_LIMIT = 200
 def standing_memories(namespace: Namespace, deps: Deps, kinds: list[str] | None = None) -> list[Memory]:
     """Return the memories of these kinds (default STANDING_KINDS) in force, most important (then newest) first."""
     wanted = kinds or STANDING_KINDS
-    found = deps.memories.standing(deps.tenant, namespace, wanted, limit=STANDING_LIMIT)
+    found = deps.memories.queries.standing(deps.tenant, namespace, wanted, limit=STANDING_LIMIT)
     return sorted(found, key=lambda m: (-m.importance, -m.updated_at))
 
 

@@ -40,7 +40,7 @@ def warm_texts(memories: MemoryRepository, tenant: str, namespace: Namespace, bu
     """Segment the content terms of the texts the namespace's index holds, newest first, until about `budget` bytes
     are kept; return the bytes used."""
     used = 0
-    for text in reversed(memories.texts_held(tenant, namespace)):
+    for text in reversed(memories.queries.texts_held(tenant, namespace)):
         if used >= budget:
             break
         used += segmented(text)
@@ -55,7 +55,7 @@ def warm_reads(memories: MemoryRepository, tenant: str, namespace: Namespace) ->
     memories.archived_messages(tenant, namespace, [0])
     load_model()  # the ranker's forests, parsed once per process (~30 ms)
     for kinds in (FOCUSED_KINDS, STANDING_KINDS):  # a focused assemble's standing memories, a snapshot's
-        memories.standing(tenant, namespace, kinds, limit=STANDING_LIMIT)
+        memories.queries.standing(tenant, namespace, kinds, limit=STANDING_LIMIT)
     stale_values(memories, tenant, namespace)
     # As a snapshot's retrieve and memory_retrieve's default do (kinds None: no turns), and as recall.ranked builds
     # it (every kind: focused); the request's default scopes. Focused last: an index keeps the vectors of one dense
@@ -65,5 +65,5 @@ def warm_reads(memories: MemoryRepository, tenant: str, namespace: Namespace) ->
     for wanted in (None, every):
         request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
                                         user_id=namespace.user_id, query=WARM_QUERY, kinds=wanted)
-        memories.search_readable(tenant, request, WARM_QUERY, scopes=request.scopes,
+        memories.queries.search_readable(tenant, request, WARM_QUERY, scopes=request.scopes,
                                  include_superseded=request.include_superseded, kinds=request.kinds, limit=1)

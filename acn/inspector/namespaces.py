@@ -44,7 +44,7 @@ class Overview:
 
 def overview(runtime: Runtime, tenant: str, query: str = "") -> Overview:
     """Return the tenant's agents and sessions (optionally only those whose ids contain `query`)."""
-    rows = runtime.memories.tenant_rows(tenant, ["agent_id", "session_id", "kind", "updated_at", "turn_to"],
+    rows = runtime.memories.queries.tenant_rows(tenant, ["agent_id", "session_id", "kind", "updated_at", "turn_to"],
                                         limit=ROW_WINDOW)
     heads = runtime.sessions.heads_of(tenant, limit=ROW_WINDOW)
     sessions: dict[tuple[str, str], SessionSummary] = {}

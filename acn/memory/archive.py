@@ -37,7 +37,7 @@ def archive_new_turns(memories: MemoryRepository, tenant: str, namespace: Namesp
     # Lite: the ids its cache knows to be new (inserted, not upserted). A server: the ids no row holds yet, asked
     # only by record_turn (`track`), whose refused commit must take exactly those back.
     created = (memories.new_ids(tenant, namespace, ids) if track
-               else memories.absent_archive_ids(tenant, namespace, ids))
+               else memories.kept.absent_archive_ids(tenant, namespace, ids))
     memories.save(tenant, rows, new_ids=created)
     return ids, created
 

@@ -54,13 +54,13 @@ class Pool:
             return cls.load_shared(memories, tenant, namespace, scopes)
         if "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
             key = ("dedup pool", tenant, namespace.agent_id, scope_key(namespace, scopes))
-            parked = memories.unpark(tenant, namespace.agent_id, key)
+            parked = memories.kept.unpark(tenant, namespace.agent_id, key)
             if isinstance(parked, Pool):
                 return parked
-            stamp = memories.stamp(tenant, namespace.agent_id)
-            rows = memories.known_rows(tenant, namespace, scopes, KNOWN_FIELDS)
+            stamp = memories.kept.stamp(tenant, namespace.agent_id)
+            rows = memories.queries.known_rows(tenant, namespace, scopes, KNOWN_FIELDS)
             return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
-        rows = memories.known_rows(tenant, namespace, scopes, KNOWN_FIELDS, kinds=kinds)
+        rows = memories.queries.known_rows(tenant, namespace, scopes, KNOWN_FIELDS, kinds=kinds)
         return cls(memories, tenant, [known(row) for row in rows], namespace)
 
     @classmethod
@@ -85,9 +85,9 @@ class Pool:
         """
         key = ("shared dedup pool", tenant, namespace.agent_id, scope_key(namespace, scopes))
         read_at = int(time.time() * 1000)
-        cached = memories.take_shared(key)
+        cached = memories.kept.take_shared(key)
         if isinstance(cached, Pool) and cached.watermark is not None:
-            changed = memories.known_rows(tenant, namespace, scopes, [*KNOWN_FIELDS, "valid_to"], live=False,
+            changed = memories.queries.known_rows(tenant, namespace, scopes, [*KNOWN_FIELDS, "valid_to"], live=False,
                                           updated_since=cached.watermark)
             for row in changed:
                 if row["valid_to"]:
@@ -96,7 +96,7 @@ class Pool:
                     cached.index.add(known(row))
             pool = cached
         else:
-            rows = memories.known_rows(tenant, namespace, scopes, KNOWN_FIELDS)
+            rows = memories.queries.known_rows(tenant, namespace, scopes, KNOWN_FIELDS)
             pool = cls(memories, tenant, [known(row) for row in rows], namespace, key)
         pool.watermark = read_at - WRITE_LAG_MS
         pool.verify = True
@@ -213,11 +213,11 @@ class Pool:
         self.early.clear()
         if self.watermark is not None and not self.pending:
             self.stored.clear()
-            self.memories.keep_shared(self.key, self)
+            self.memories.kept.keep_shared(self.key, self)
             return
         if self.stamp is not None and self.namespace is not None and not self.pending:
             self.stored.clear()
-            self.memories.park(self.tenant, self.namespace.agent_id, self.key, self, self.stamp)
+            self.memories.kept.park(self.tenant, self.namespace.agent_id, self.key, self, self.stamp)
 
     def nbytes(self) -> int:
         """Return an estimate of the memory a parked pool holds."""

@@ -142,7 +142,7 @@ class MemoryImportResponse(NodeResponse):
 
 def list_memories(request: MemoryListRequest, deps: Deps) -> MemoryListResponse:
     """Return one page of a namespace's memories, oldest first."""
-    page = deps.memories.listing(deps.tenant, request.agent_id, request.session_id, request.user_id,
+    page = deps.memories.queries.listing(deps.tenant, request.agent_id, request.session_id, request.user_id,
                                  include_superseded=request.include_superseded, kinds=request.kinds,
                                  scope=request.scope, limit=request.limit + 1, offset=request.offset)
     kept = within_bytes(page[: request.limit], PAGE_BYTES)
@@ -191,7 +191,7 @@ def delete_namespace(request: NamespaceDeleteRequest, deps: Deps) -> DeleteRespo
         return forget_user(request.user_id, request.agent_id, deps)
     if request.agent_id is None:  # the model's check already refused it
         raise ValidationError("session_id needs agent_id")
-    count = memories.count_in(deps.tenant, request.agent_id, request.session_id, request.user_id)
+    count = memories.queries.count_in(deps.tenant, request.agent_id, request.session_id, request.user_id)
     memories.delete_namespace(deps.tenant, request.agent_id, request.session_id, request.user_id)
     if not request.user_id:  # sessions belong to agent + session; a user-narrowed delete leaves them
         deps.sessions.delete(deps.tenant, request.agent_id, request.session_id)
@@ -202,15 +202,15 @@ def forget_user(user_id: str, agent_id: str | None, deps: Deps) -> DeleteRespons
     """Delete every row written with the user_id in every conversation (of one agent, or all), and the state of
     the conversations no one else wrote in (their buffers and segments hold the user's words); then count again."""
     memories = deps.memories
-    count = memories.count_user(deps.tenant, user_id, agent_id)
-    conversations = memories.conversations_of(deps.tenant, user_id, agent_id)
+    count = memories.queries.count_user(deps.tenant, user_id, agent_id)
+    conversations = memories.queries.conversations_of(deps.tenant, user_id, agent_id)
     memories.delete_user(deps.tenant, user_id, agent_id)
     alone = [(agent, session) for agent, session in sorted(conversations)
-             if not memories.others_in(deps.tenant, agent, session, user_id)]
+             if not memories.queries.others_in(deps.tenant, agent, session, user_id)]
     for agent, session in alone:
         deps.sessions.delete(deps.tenant, agent, session)
     return DeleteResponse(deleted=count, sessions_deleted=len(alone),
-                          remaining=memories.count_user(deps.tenant, user_id, agent_id))
+                          remaining=memories.queries.count_user(deps.tenant, user_id, agent_id))
 
 
 def import_memories(request: MemoryImportRequest, deps: Deps) -> MemoryImportResponse:

@@ -85,14 +85,14 @@ def retire_rolled_back_turns(deps: Deps, namespace: Namespace, last_turn: int, v
     memories = deps.memory_repository
     if memories is None:
         return 0
-    rows = memories.rolled_back_after(deps.tenant, namespace, last_turn, limit=QUERY_WINDOW)
+    rows = memories.queries.rolled_back_after(deps.tenant, namespace, last_turn, limit=QUERY_WINDOW)
     if not rows:
         return 0
     now = memories.now_ms(deps.tenant, namespace)
     retired = [row.model_copy(update={"valid_to": now, "meta": {**row.meta, "rolled_back": version}}) for row in rows]
     # What a retired memory superseded is current again (a decision changed in an undone turn stands as it was).
     ids = {row.id for row in rows}
-    closed = memories.closed_by(deps.tenant, namespace, sorted(ids), limit=QUERY_WINDOW)
+    closed = memories.queries.closed_by(deps.tenant, namespace, sorted(ids), limit=QUERY_WINDOW)
     reopened = [m.model_copy(update={"valid_to": None, "superseded_by": None, "updated_at": now})
                 for m in closed if m.id not in ids]
     memories.save(deps.tenant, [*retired, *reopened])

@@ -135,12 +135,12 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
     `keep` of them (the rest may be left out; the best `keep` are the same)."""
     memories = deps.memories
     if request.key:
-        found = memories.by_key(deps.tenant, request, request.key, scopes=request.scopes,
+        found = memories.queries.by_key(deps.tenant, request, request.key, scopes=request.scopes,
                                 include_superseded=request.include_superseded, kinds=request.kinds, limit=100)
         candidates = [Scored(m, bm25=1.0) for m in found]
     else:
         pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
-        candidates = memories.search_readable(
+        candidates = memories.queries.search_readable(
             deps.tenant, request, request.query, scopes=request.scopes, include_superseded=request.include_superseded,
             kinds=request.kinds, limit=pool, distinct=distinct, text_query=expand_query(lexical_query(request.query)))
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 from pymilvus.client import entity_helper
@@ -18,10 +18,21 @@ from pymilvus.exceptions import MilvusException
 from acn.common.errors import StoreUnavailableError
 from acn.storage.database.base import CollectionSpec
 
-if TYPE_CHECKING:
-    from acn.storage.database.milvus import MilvusStore
-
 log = logging.getLogger("acn.store")
+
+
+class Opening(Protocol):
+    """What open_store needs of a store (MilvusStore)."""
+
+    uri: str
+    is_server: bool
+
+    def open(self, connect_timeout: float = ...) -> Any: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S", bound=Opening)
 
 # The portable jieba analyzer: same ranking on Lite 3 and the C++ engine ({"type": "chinese"} is
 # rejected by Lite 3). See STORAGE.md.
@@ -168,7 +179,7 @@ def is_connection_error(error: Exception) -> bool:
     return name.startswith("grpc") or isinstance(error, ConnectionError | TimeoutError)
 
 
-def wait_until_ready(store: MilvusStore, attempts: int = 30, delay: float = 0.2) -> None:
+def wait_until_ready(store: Opening, attempts: int = 30, delay: float = 0.2) -> None:
     """Retry get_server_version until a just-started server answers."""
     for _ in range(attempts):
         try:
@@ -179,8 +190,7 @@ def wait_until_ready(store: MilvusStore, attempts: int = 30, delay: float = 0.2)
     store.info()
 
 
-def open_store(make: Callable[[], MilvusStore], wait_seconds: float,
-               sleep: Callable[[float], None] = time.sleep) -> MilvusStore:
+def open_store(make: Callable[[], S], wait_seconds: float, sleep: Callable[[float], None] = time.sleep) -> S:
     """Open a store; a Milvus server that does not answer yet is retried with back-off for up to wait_seconds.
 
     In a compose file the server container may start before Milvus is ready: waiting (and saying so in the log)
@@ -193,7 +203,8 @@ def open_store(make: Callable[[], MilvusStore], wait_seconds: float,
         store = make()
         remaining = deadline - time.monotonic()
         try:
-            return store.open(connect_timeout=max(1.0, min(CONNECT_TIMEOUT, remaining)))
+            store.open(connect_timeout=max(1.0, min(CONNECT_TIMEOUT, remaining)))
+            return store
         except StoreUnavailableError as error:
             remaining = deadline - time.monotonic()
             if not store.is_server or remaining <= 0:

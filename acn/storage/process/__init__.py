@@ -12,4 +12,6 @@ from acn.storage.process.allocator import limit_malloc_arenas, prefer_system_arr
 from acn.storage.process.embedding_backlog import EmbeddingBacklog
 from acn.storage.process.foreground import Foreground
 
-__all__ = ["EmbeddingBacklog", "Foreground", "limit_malloc_arenas", "prefer_system_arrow_pool", "trim_free_memory"]
+__all__ = [
+    "EmbeddingBacklog", "Foreground", "limit_malloc_arenas", "prefer_system_arrow_pool", "trim_free_memory",
+]

@@ -14,19 +14,20 @@ from acn.storage.database import (
     NO_TURN,
     QUERY_WINDOW,
     SCOPED_ID_CHARS,
+    SHARED_KEPT,
     Scored,
     Stamp,
     new_memory_id,
     user_group,
 )
-from acn.storage.repositories.carry_over import carry_over
 from acn.storage.repositories.coordination import open_coordinator
-from acn.storage.repositories.memories import SHARED_KEPT, MemoryRepository
+from acn.storage.repositories.memories import MemoryRepository
 from acn.storage.repositories.memory_queries import scope_key
+from acn.storage.repositories.row_moves import carry_over, scope_legacy_ids
 from acn.storage.repositories.sessions import SessionRepository
 
 __all__ = [
-    "CACHED_INDEXES", "CACHED_POOLS", "NO_TURN", "QUERY_WINDOW", "SCOPED_ID_CHARS", "SHARED_KEPT",
-    "MemoryRepository", "Scored", "SessionRepository", "Stamp", "carry_over", "new_memory_id", "open_coordinator",
-    "scope_key", "user_group",
+    "CACHED_INDEXES", "CACHED_POOLS", "MemoryRepository", "NO_TURN", "QUERY_WINDOW", "SCOPED_ID_CHARS",
+    "SHARED_KEPT", "Scored", "SessionRepository", "Stamp", "carry_over", "new_memory_id", "open_coordinator",
+    "scope_key", "scope_legacy_ids", "user_group",
 ]

@@ -7,10 +7,8 @@ import hmac
 import logging
 import threading
 import time
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from acn.common import degraded
 from acn.common.errors import ProviderError, ProviderTimeoutError
@@ -26,9 +24,9 @@ from acn.storage.database import (
     OUTPUT_FIELDS,
     QUERY_WINDOW,
     Filter,
-    GroupKey,
+    HeldIndexes,
     Hit,
-    LocalIndex,
+    Kept,
     MemoryStore,
     ReadCache,
     Record,
@@ -36,14 +34,11 @@ from acn.storage.database import (
     RowSealer,
     Scored,
     SealedStore,
-    Stamp,
-    client_id,
     every_row,
-    for_user_rows,
     from_record,
     group_filter,
-    group_turns_user,
-    group_user,
+    held_page,
+    held_search,
     live_filter,
     memory_spec,
     namespace_filter,
@@ -51,29 +46,26 @@ from acn.storage.database import (
     pending_vector,
     sealing_problem,
     session_filter,
-    stored_id,
     stored_ids,
     tenant_filter,
     to_record,
     user_filter,
-    user_group,
-    user_turns_group,
     with_client_id,
 )
+from acn.storage.repositories.clock import NamespaceLocks, SessionClock
+from acn.storage.repositories.head_groups import group_known_empty, group_member_ids
 from acn.storage.repositories.memory_heads import MemoryHeads
-from acn.storage.repositories.memory_queries import MemoryQueries, scope_key
+from acn.storage.repositories.memory_queries import MemoryQueries
 
-T = TypeVar("T")
-CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
-SHARED_KEPT = 64  # dedup pools kept against a server (MemoryRepository.keep_shared)
 log = logging.getLogger("acn.store")
 
 
-class MemoryRepository(MemoryQueries):
+class MemoryRepository:
     """Read and write memories of one tenant's namespaces; scopes decide who sees what.
 
-    The named reads the pipelines use (standing, by_key, rolled_back_after, ...) are MemoryQueries'; the
-    primitives they stand on (find, page, count, query_all, search) are here."""
+    The primitives (find, count, query_all, search, the writes) are here; the named reads the pipelines ask
+    (standing, by_key, rolled_back_after, ...) are `queries` (MemoryQueries, over these primitives); what is kept in
+    process between calls (parked dedup pools, remembered views) is `kept` (the database room's Kept)."""
 
     def __init__(self, store: MemoryStore, *, prefix: str, embedder: Embedder | None,
                  index_rows: int = CACHED_INDEX_ROWS, sealer: RowSealer | None = None,
@@ -87,7 +79,7 @@ class MemoryRepository(MemoryQueries):
         # calls: see providers.embedding_setup.inline_rows).
         self.inline_rows = inline_rows
         self.flagged = embedder is not None
-        self.created = False  # open(): this start created the collection (see acn/storage/repositories/carry_over.py)
+        self.created = False  # open(): this start created the collection (see acn/storage/repositories/row_moves.py)
         self.on_pending: Callable[[str, list[tuple[str, str]]], None] | None = None
         self.write_order = threading.RLock()
         self._prefix = prefix
@@ -101,20 +93,14 @@ class MemoryRepository(MemoryQueries):
         self.secret = b"acn unkeyed repository"
         self._raw_store = store
         self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
-        self._clock_lock = threading.Lock()
-        # Per session, the last stamp handed out (least recently used sessions forgotten past CLOCK_SESSIONS: a
-        # forgotten session's next stamp reads the store again); per agent, the lock of its read-then-write
-        # sequences, kept only while someone holds it. Neither grows with every session and agent ever seen.
-        self._last_ms: OrderedDict[tuple[str, str, str], int] = OrderedDict()
-        self._shared_kept: OrderedDict[Hashable, Any] = OrderedDict()  # see take_shared
-        self._namespace_locks: weakref.WeakValueDictionary[tuple[str, str], threading.RLock] = \
-            weakref.WeakValueDictionary()
+        self._clock = SessionClock(self._latest_in_session)
+        self._locks = NamespaceLocks()
         # With a Lite file this process is the only writer: repeated reads are served from memory and kept
         # current by the writes themselves (acn/storage/database/lite/read_cache.py). Against a server other processes
         # write too: no cache there.
         exclusive = not getattr(store, "is_server", True)
         self.warming: threading.Thread | None = None  # the start-up search (open); Runtime.open waits for it
-        # No search of the store yet (a Lite file with in-process indexes: see open() and _local_index).
+        # No search of the store yet (a Lite file with in-process indexes: see open() and HeldIndexes.of).
         self.store_cold = exclusive
         self.existed = False  # open(): the memories collection was there already (rows may need warming)
         self.cache = ReadCache(self._query, dense_dim=self.spec.dense_dim, index_rows=index_rows,
@@ -125,46 +111,11 @@ class MemoryRepository(MemoryQueries):
         self._heads_background = warm_in_background
         self.heads.write_order = self.write_order
         if self.cache is not None:
-            self.cache.known_empty = self._group_known_empty
-            self.cache.member_ids = self._group_member_ids
-
-    def _group_known_empty(self, key: GroupKey) -> bool:
-        user, archive = group_user(key[2]), group_turns_user(key[2])
-        if user is not None:
-            return self.heads.user_empty(key[0], key[1], user)
-        if archive is not None:
-            return self.heads.user_empty(key[0], key[1], archive, "turns")
-        return self.heads.readable_empty(key[0], Namespace(agent_id=key[1], session_id=key[2]))
-
-    def _group_member_ids(self, key: GroupKey) -> list[str] | None:
-        user, archive = group_user(key[2]), group_turns_user(key[2])
-        if user is not None:
-            return self.heads.user_member_ids(key[0], key[1], user)
-        if archive is not None:
-            return self.heads.user_member_ids(key[0], key[1], archive, "turns")
-        return self.heads.member_ids(key[0], Namespace(agent_id=key[1], session_id=key[2]))
-
-    def earlier_messages(self, tenant: str, namespace: Namespace, query: str, *, limit: int) -> list[Memory]:
-        """Return the user's archived messages of their other conversations with the agent that match the query
-        (BM25), best first: what an input asking about an earlier conversation may need. On a Lite file they are
-        searched in an index of the user's archive, loaded when first asked (none of it is read otherwise)."""
-        if not namespace.user_id or not query.strip():
-            return []
-        where = tenant_filter(tenant).and_(Filter(
-            'agent_id == {earlier_agent} and kind == "turn" and user_id == {earlier_user} and '
-            'session_id != {earlier_session} and valid_to == 0',
-            {"earlier_agent": namespace.agent_id, "earlier_user": namespace.user_id,
-             "earlier_session": namespace.session_id}))
-        if self.cache is not None:
-            index = self.cache.group_index((tenant, namespace.agent_id, user_turns_group(namespace.user_id)), where)
-            if index is not None:
-                return [memory for memory, score in index.search_text(query, where, limit, distinct=True)
-                        if score > 0]
-        if self.heads.user_empty(tenant, namespace.agent_id, namespace.user_id, "turns"):
-            return []
-        hits = self._store_hits(self.store.search_text(self.spec.name, query, limit=limit, where=where,
-                                                       fields=OUTPUT_FIELDS))
-        return [memory for memory, score in one_per_text(hits, limit) if score > 0]
+            self.cache.known_empty = partial(group_known_empty, self.heads)
+            self.cache.member_ids = partial(group_member_ids, self.heads)
+        self.held = HeldIndexes(self.cache) if self.cache is not None else None
+        self.kept = Kept(self.cache)
+        self.queries = MemoryQueries(self)
 
     @property
     def raw_store(self) -> MemoryStore:
@@ -175,27 +126,13 @@ class MemoryRepository(MemoryQueries):
     def prefix(self) -> str:
         return self._prefix
 
-    def query_range(self, store: MemoryStore, where: Filter, fields: list[str], collection: str) -> list[Record]:
-        """Return every row of a memories collection that matches (see query_all), read from `store`."""
-        return self._query_range(store, where, fields, "", None, collection)
-
-    def forget_cached(self) -> None:
-        """Drop what the read cache holds (rows were written behind its back:
-        acn/storage/repositories/carry_over.py)."""
-        self._forget_all()
-
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).
         return self.store.query(self.spec.name, where, fields=fields, limit=limit)
 
     def namespace_lock(self, tenant: str, namespace: Namespace) -> threading.RLock:
         """Return the lock that serialises read-then-write sequences of one agent's memories."""
-        key = (tenant, namespace.agent_id)
-        with self._clock_lock:
-            lock = self._namespace_locks.get(key)
-            if lock is None:
-                lock = self._namespace_locks[key] = threading.RLock()
-            return lock
+        return self._locks.of(tenant, namespace.agent_id)
 
     def open(self) -> None:
         """Create and load the collection.
@@ -204,7 +141,7 @@ class MemoryRepository(MemoryQueries):
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
         existed = self.existed = self._raw_store.exists(self.spec.name)
-        # A new collection beside memories written under another embedder: see acn/storage/repositories/carry_over.py.
+        # A new collection beside memories written under another embedder: see acn/storage/repositories/row_moves.py.
         self.created = not existed
         self.store.ensure(self.spec)
         names = self.store.field_names(self.spec.name) if self.flagged else None
@@ -222,7 +159,7 @@ class MemoryRepository(MemoryQueries):
             self.store = RefusedStore(self.store, problem)
             return
         self.heads.open(memories_existed=existed, background=self._heads_background,
-                        scan=lambda fields: self._query_range(self.store, Filter(""), fields, "", None))
+                        scan=lambda fields: every_row(self.store, self.spec.name, Filter(""), fields))
         # A Lite file builds its search structures over every row on the first search after it opens (3 s at
         # 100k rows, ~1.5 KB of memory a row: +440 MB at 300k, bench/results/scale-bigns.md). With in-process
         # indexes no request needs them (a session's searches are answered from its index, a read of a session
@@ -258,20 +195,7 @@ class MemoryRepository(MemoryQueries):
 
     def now_ms(self, tenant: str, namespace: Namespace) -> int:
         """Return UTC epoch ms, strictly increasing within one session (so "newest" and supersede order are total)."""
-        key = (tenant, namespace.agent_id, namespace.session_id)
-        with self._clock_lock:
-            known = key in self._last_ms
-        if not known:  # read outside the lock: a new session's first read must not hold up the others
-            latest = self._latest_in_session(tenant, namespace)
-            with self._clock_lock:
-                self._last_ms[key] = max(self._last_ms.get(key, 0), latest)
-        with self._clock_lock:
-            now = max(int(time.time() * 1000), self._last_ms.get(key, 0) + 1)
-            self._last_ms[key] = now
-            self._last_ms.move_to_end(key)
-            while len(self._last_ms) > CLOCK_SESSIONS:
-                self._last_ms.popitem(last=False)
-            return now
+        return self._clock.now_ms(tenant, namespace)
 
     def _latest_in_session(self, tenant: str, namespace: Namespace) -> int:
         """Return the latest stamp of the session's rows that is not behind the wall clock (0: none).
@@ -291,19 +215,6 @@ class MemoryRepository(MemoryQueries):
             {"clock_wall": wall, "clock_limit": stamp_bounds(wall)[1]}))
         rows = self.store.query(self.spec.name, ahead, fields=["updated_at"], limit=QUERY_WINDOW)
         return max((int(row["updated_at"]) for row in rows), default=0)
-
-    def readable_empty(self, tenant: str, namespace: Namespace) -> bool:
-        return self.heads.readable_empty(tenant, namespace)
-
-    def rows_held(self, tenant: str, namespace: Namespace, where: Filter, fields: list[str]) -> list[Record] | None:
-        # A Lite file: the session's index, once loaded (or known empty from the start), holds every row it can
-        # read, kept current by the writes: no scan for the write path's dedup pool.
-        flt = tenant_filter(tenant).and_(where).and_(group_filter(namespace.agent_id, namespace.session_id))
-        indexes = self._held_indexes(tenant, namespace, flt)
-        if indexes is None:
-            return None
-        return [record for index, where_here in each(indexes, flt)
-                for record in index.records(where_here, fields)]  # as query_all answers them
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -380,102 +291,7 @@ class MemoryRepository(MemoryQueries):
             self.cache.vectors_filled(tenant, [from_record(r) for r in records], records)
 
     def _forget_all(self) -> None:
-        with self._clock_lock:
-            self._shared_kept.clear()
-        if self.cache is not None:
-            self.cache.forget_all()
-
-    def _local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
-                     searching: bool = False) -> LocalIndex | None:
-        """Return the session's in-process index (Lite), or None: the store answers.
-
-        While this process has not searched the store (Lite's search structures not built: open()), a search whose
-        index loads in the background waits for the load instead: answering it from the store would build those
-        structures over every row, for one call (bounded: PREWARM_WAIT). Other reads (a dedup pool's rows, a
-        filtered list) are answered by a query meanwhile, as before: a query builds nothing.
-        """
-        if self.cache is None:
-            return None
-        index = self.cache.local_index(tenant, namespace, where)
-        if index is None and searching and self.store_cold and \
-                self.cache.wait_loaded((tenant, namespace.agent_id, namespace.session_id)):
-            index = self.cache.local_index(tenant, namespace, where)
-        return index
-
-    def _held_indexes(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
-                      searching: bool = False) -> list[LocalIndex] | None:
-        """Return the in-process indexes of what a namespace reads (Lite): its session's and, with a user_id, its
-        user's (held once for every conversation of the user: a new conversation reads no row of the user's);
-        None while either is not held (the store answers)."""
-        index = self._local_index(tenant, namespace, where, searching=searching)
-        if index is None or not namespace.user_id or self.cache is None:
-            return None if index is None else [index]
-        key = (tenant, namespace.agent_id, user_group(namespace.user_id))
-        users = self.cache.group_index(key, where)
-        if users is None and searching and self.store_cold and self.cache.wait_loaded(key):
-            users = self.cache.group_index(key, where)
-        return None if users is None else [index, users]
-
-    def stamp(self, tenant: str, agent_id: str) -> Stamp:
-        """Return the write counters an agent's memories depend on: (epoch, agent's writes, shared writes)."""
-        return self.cache.stamp(tenant, agent_id) if self.cache is not None else (0, 0, 0)
-
-    def park(self, tenant: str, agent_id: str, key: Hashable, value: Any, stamp: Stamp) -> None:
-        """Keep an object built from an agent's memories as of `stamp` (e.g. a batch writer's dedup index).
-
-        `unpark` hands it back only while nothing it depends on was written since; against a server nothing
-        is kept.
-        """
-        if self.cache is not None:
-            self.cache.park(tenant, agent_id, key, value, stamp)
-
-    def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
-        """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
-        return self.cache.unpark(tenant, agent_id, key) if self.cache is not None else None
-
-    def take_shared(self, key: Hashable) -> Any | None:
-        """Take back an object kept by keep_shared (against a server: other processes write too, so the caller
-        brings it up to date itself; see memory.pool.Pool.load_shared)."""
-        with self._clock_lock:
-            return self._shared_kept.pop(key, None)
-
-    def keep_shared(self, key: Hashable, value: Any) -> None:
-        """Keep an object for take_shared (the SHARED_KEPT most recent; a delete in this process drops them all)."""
-        with self._clock_lock:
-            self._shared_kept[key] = value
-            self._shared_kept.move_to_end(key)
-            while len(self._shared_kept) > SHARED_KEPT:
-                self._shared_kept.popitem(last=False)
-
-    def standing(self, tenant: str, namespace: Namespace, kinds: Sequence[str], *, limit: int) -> list[Memory]:
-        """Return the namespace's live memories of these kinds (see MemoryQueries.standing); with a Lite file kept
-        until the agent or the shared scope writes a memory (ReadCache.agent_view): every assemble reads them, and
-        at 10k memories in one namespace testing and sorting the rows took ~7 % of a call (~21 % BM25 only). Against a
-        server another replica may write at any time unseen here: read every call."""
-        def read() -> list[Memory]:
-            return super(MemoryRepository, self).standing(tenant, namespace, kinds, limit=limit)
-        if self.cache is None or "turn" in kinds:  # archived messages do not bump the agent's stamp
-            return read()
-        key = ("standing", tenant, self._reader_key(tenant, namespace), tuple(kinds), limit)
-        return list(self.cache.agent_view(tenant, namespace.agent_id, key, read))
-
-    def superseded_key(self, tenant: str, namespace: Namespace) -> Hashable:
-        return ("superseded_in", tenant, self._reader_key(tenant, namespace))
-
-    def _reader_key(self, tenant: str, namespace: Namespace) -> Hashable:
-        """Return what a namespace's reads depend on: its scopes, but a conversation with no row of its own (a
-        returning user's new one) reads exactly what every other such conversation of the user reads, so they share
-        one key (a view computed for one serves the next: no pass over the user's rows per new conversation)."""
-        if self.heads.session_empty(tenant, namespace):
-            return ("rowless", namespace.agent_id, namespace.user_id or "")
-        return scope_key(namespace)
-
-    def view(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """Return compute(), remembered until a write that could change it (supersede, update, delete).
-
-        Only for views that inserting brand-new memories cannot change, such as "which values were superseded".
-        """
-        return self.cache.view(key, compute) if self.cache is not None else compute()
+        self.kept.forget_all()
 
     def archived_messages(self, tenant: str, namespace: Namespace, turns: Sequence[int]) -> list[Memory]:
         """Return the session's live archived messages of the given turn numbers, in stored order."""
@@ -493,14 +309,6 @@ class MemoryRepository(MemoryQueries):
         rows = self.store.query(self.spec.name, where, fields=OUTPUT_FIELDS, limit=QUERY_WINDOW)
         return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
 
-    def absent_archive_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
-        """Return the ids among `ids` that the session's archive certainly does not hold (Lite only).
-
-        Those can be inserted; the rest must be upserted. Inserting skips the upsert's primary-key lookup,
-        whose cost grows with the collection (a retried turn rewrites rows that may exist: those are upserted).
-        """
-        return self.cache.absent_archive_ids(tenant, namespace, ids) if self.cache is not None else set()
-
     # -- reads -----------------------------------------------------------------------------
 
     def get_many(self, tenant: str, ids: Sequence[str]) -> list[Memory]:
@@ -514,9 +322,9 @@ class MemoryRepository(MemoryQueries):
 
     def rows_by_id(self, tenant: str, ids: Sequence[str], fields: list[str]) -> list[Record]:
         """Return the rows of this tenant with these ids (as the client knows them), by a primary-key lookup."""
-        return [with_client_id(row) for row in self.rows_by_key(tenant, stored_ids(tenant, ids), fields)]
+        return [with_client_id(row) for row in self._rows_by_key(tenant, stored_ids(tenant, ids), fields)]
 
-    def rows_by_key(self, tenant: str, keys: Sequence[str], fields: list[str]) -> list[Record]:
+    def _rows_by_key(self, tenant: str, keys: Sequence[str], fields: list[str]) -> list[Record]:
         """Return the rows of this tenant with these primary keys (their ids stay keys).
 
         The filter is `id in [...]` alone and the tenant is checked here: Milvus Lite answers that from its
@@ -541,14 +349,10 @@ class MemoryRepository(MemoryQueries):
         flt = tenant_filter(tenant).and_(where)
         if within is not None:
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
-            indexes = self._held_indexes(tenant, within, flt)
+            indexes = self.held.of(tenant, within, flt) if self.held is not None else None
             if indexes is not None:
-                if len(indexes) == 1:
-                    return indexes[0].select_page(flt, offset=offset, limit=limit)
-                merged = [m for index, where_here in each(indexes, flt)
-                          for m in index.select_page(where_here, offset=0, limit=offset + limit)]
-                return sorted(merged, key=lambda m: (m.created_at, m.id))[offset: offset + limit]
-            if self.readable_empty(tenant, within):
+                return held_page(indexes, flt, offset=offset, limit=limit)
+            if self.heads.readable_empty(tenant, within):
                 return []
         rows = self.store.query(self.spec.name, flt, fields=OUTPUT_FIELDS, limit=limit, offset=offset)
         return sorted((from_record(r) for r in rows), key=lambda m: (m.created_at, m.id))
@@ -557,68 +361,19 @@ class MemoryRepository(MemoryQueries):
         """Return every row matching the filter, however many: past the store's query window (16,384 rows, and
         limit + offset no more), the id space is cut into ranges at ids the full window returned, each range read
         alone and cut again while it still fills a window."""
-        return [with_client_id(row) for row in self._query_range(self.store, tenant_filter(tenant).and_(where),
-                                                                  fields, "", None)]
-
-    def _query_range(self, store: MemoryStore, where: Filter, fields: list[str], low: str,
-                     high: str | None, collection: str | None = None) -> list[Record]:
-        return every_row(store, collection or self.spec.name, where, fields, low, high)
-
-    def scope_legacy_ids(self, batch: int = 500) -> int:
-        """Give rows stored before ids were scoped by tenant their scoped primary key; return how many moved.
-
-        Rows are copied as stored (sealed ones stay sealed, vectors and flags kept), then the old ones deleted: a
-        start that dies in between leaves both copies, and the next start deletes the old one (the copy is an
-        upsert of the same key). Reads no other tenant's rows into any answer: it runs before the server serves.
-        """
-        raw = self._raw_store
-        keys = [str(row["id"]) for row in self._query_range(raw, Filter(""), ["id", "tenant"], "", None)
-                if stored_id(str(row["tenant"]), str(row["id"])) != str(row["id"])]
-        if not keys:
-            return 0
-        fields = sorted((raw.field_names(self.spec.name) or set(OUTPUT_FIELDS)) - {"sparse"})
-        for start in range(0, len(keys), batch):
-            part = keys[start:start + batch]
-            rows = raw.query(self.spec.name, Filter("id in {legacy}", {"legacy": part}), fields=fields,
-                             limit=len(part))
-            raw.upsert(self.spec.name, [{**row, "id": stored_id(str(row["tenant"]), str(row["id"]))} for row in rows])
-            raw.delete(self.spec.name, Filter("id in {legacy}", {"legacy": part}))
-        self._forget_all()
-        log.info("ids scoped by tenant: %d rows moved to their scoped keys", len(keys))
-        return len(keys)
-
-    def page(self, tenant: str, where: Filter, *, limit: int, offset: int = 0) -> list[Memory]:
-        """Return one page of matching memories in a stable order (created_at, id)."""
-        flt = tenant_filter(tenant).and_(where)
-        keys = self.store.query(self.spec.name, flt, fields=["id", "created_at"], limit=16384)
-        keys.sort(key=lambda row: (row["created_at"], client_id(row["id"])))  # the order clients always saw
-        ids = [row["id"] for row in keys[offset: offset + limit]]
-        if not ids:
-            return []
-        rows = self.store.query(self.spec.name, Filter("tenant == {pt} and id in {pids}", {"pt": tenant, "pids": ids}),
-                                fields=OUTPUT_FIELDS, limit=len(ids))
-        order = {client_id(key): index for index, key in enumerate(ids)}
-        return sorted((from_record(r) for r in rows), key=lambda m: order[m.id])
+        return [with_client_id(row) for row in every_row(self.store, self.spec.name, tenant_filter(tenant).and_(where),
+                                                         fields)]
 
     def new_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
         """Return the ids among `ids` that no row of this tenant holds yet: the Lite cache's answer when there is
         one (certain, no query), else one query of the store."""
         if self.cache is not None or not ids:
-            return self.absent_archive_ids(tenant, namespace, ids)
+            return self.kept.absent_archive_ids(tenant, namespace, ids)
         return set(ids) - {str(row["id"]) for row in self.rows_by_id(tenant, ids, ["id"])}
 
     def tenant_lock(self, tenant: str) -> threading.RLock:
         """Return the lock that serialises a tenant's imports (its read of what exists, then its write)."""
-        key = (tenant, "")  # no agent id is empty: never an agent's lock
-        with self._clock_lock:
-            lock = self._namespace_locks.get(key)
-            if lock is None:
-                lock = self._namespace_locks[key] = threading.RLock()
-            return lock
-
-    def tenant_rows(self, tenant: str, fields: list[str], *, limit: int) -> list[Record]:
-        """Return up to `limit` rows (these fields) of a whole tenant, for the inspector's overview."""
-        return self.store.query(self.spec.name, tenant_filter(tenant), fields=fields, limit=limit)
+        return self._locks.of(tenant, "")  # no agent id is empty: never an agent's lock
 
     def count(self, tenant: str, where: Filter) -> int:
         """Return how many memories match a filter (up to the store's window)."""
@@ -640,19 +395,16 @@ class MemoryRepository(MemoryQueries):
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
         if not query.strip():
             return []
-        indexes = self._held_indexes(tenant, within, flt, searching=True) if within is not None else None
-        if indexes is None and within is not None and self.readable_empty(tenant, within):
+        indexes = (self.held.of(tenant, within, flt, wait=self.store_cold)
+                   if within is not None and self.held is not None else None)
+        if indexes is None and within is not None and self.heads.readable_empty(tenant, within):
             return []
         vector = self._query_vector(query)
         dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit
         if indexes is not None:
-            text_hits = merged_hits([index.search_text(text_query or query, where_here, text_limit,
-                                                       distinct=distinct)
-                                     for index, where_here in each(indexes, flt)], text_limit, distinct)
-            dense_hits = merged_hits([index.search_dense(vector, where_here, vector_limit, distinct=distinct)
-                                      for index, where_here in each(indexes, dense_flt)],
-                                     vector_limit, distinct) if vector is not None else []
+            text_hits, dense_hits = held_search(indexes, text_query or query, vector, flt, dense_flt,
+                                                (text_limit, vector_limit), distinct)
         else:
             self.store_cold = False  # Lite's search structures are built by this search: later loads need not wait
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
@@ -689,17 +441,3 @@ class MemoryRepository(MemoryQueries):
     def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:
         return [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in hits]
 
-
-def each(indexes: list[LocalIndex], where: Filter) -> list[tuple[LocalIndex, Filter]]:
-    """Return each held index with the filter it evaluates: the session's as given, the user's (the second) with the
-    session ids blanked (memory_rows.for_user_rows: its answers are kept across the user's conversations)."""
-    return [(index, where if position == 0 else for_user_rows(where)) for position, index in enumerate(indexes)]
-
-
-def merged_hits(lists: list[list[tuple[Memory, float]]], limit: int, distinct: bool) -> list[tuple[Memory, float]]:
-    """Return the hits of several indexes (a session's and its user's) as one list, best first, at most `limit`
-    (one per text when `distinct`). One list is returned as it is: a namespace without a user ranks as before."""
-    if len(lists) == 1:
-        return lists[0]
-    hits = sorted((hit for hits in lists for hit in hits), key=lambda hit: -hit[1])
-    return one_per_text(hits, limit) if distinct else hits[:limit]

@@ -1,4 +1,7 @@
-"""Memories written under another embedder, carried into the collection this start opened.
+"""Rows moved at start-up, before the server serves: memories of another embedder's collection carried over, and
+rows stored before ids were scoped by tenant given their scoped keys (scope_legacy_ids).
+
+Memories written under another embedder, carried into the collection this start opened:
 
 The dimension of the embedder is part of the memories collection's name (memory_rows.memory_spec): a store written
 with `ACN_EMBEDDER=none` holds `<prefix>_memories`, one written with `use` `<prefix>_memories_d512`. Before this,
@@ -28,9 +31,11 @@ from acn.storage.database import (
     MemoryStore,
     Record,
     SealedStore,
+    every_row,
     memory_spec,
     pending_vector,
     read_fact,
+    stored_id,
     write_fact,
 )
 from acn.storage.repositories.memories import MemoryRepository
@@ -83,7 +88,7 @@ def pick_source(memories: MemoryRepository) -> str | None:
         return None
     for name in names:  # an existing collection is only loaded (a collection not opened since a restart is released)
         raw.ensure(specs[name])
-    sizes = {name: len(memories.query_range(raw, Filter(""), ["id"], name)) for name in sorted(names)}
+    sizes = {name: len(every_row(raw, name, Filter(""), ["id"])) for name in sorted(names)}
     source = max(sizes, key=lambda name: sizes[name])
     if not sizes[source]:
         return None
@@ -107,7 +112,7 @@ def copy_rows(memories: MemoryRepository, source: str) -> int:
     raw = memories.raw_store
     # Read and written as plain rows: the source's sealed rows are opened, the target's sealed again (same key).
     reader: MemoryStore = SealedStore(raw, memories.sealer, {source}) if memories.sealer else raw
-    ids = [str(row["id"]) for row in memories.query_range(raw, Filter(""), ["id"], source)]
+    ids = [str(row["id"]) for row in every_row(raw, source, Filter(""), ["id"])]
     for start in range(0, len(ids), BATCH):
         part = ids[start:start + BATCH]
         rows = reader.query(source, Filter("id in {carried}", {"carried": part}), fields=OUTPUT_FIELDS,
@@ -119,12 +124,11 @@ def copy_rows(memories: MemoryRepository, source: str) -> int:
                 record.update({"dense": list(vector), EMBEDDED_FIELD: 1})
         with memories.write_order:
             memories.store.upsert(memories.spec.name, records)
-    memories.forget_cached()
+    memories.kept.forget_all()  # rows were written behind the read cache's back
     # The heads collection is shared by every memories collection of the prefix, but the source's heads may not
     # be complete (a store from before heads, still being built): written again for the rows now here.
     if ids:
-        memories.heads.build(lambda fields: memories.query_range(memories.store, Filter(""), fields,
-                                                                 memories.spec.name))
+        memories.heads.build(lambda fields: every_row(memories.store, memories.spec.name, Filter(""), fields))
     return len(ids)
 
 
@@ -135,3 +139,26 @@ def as_target_row(memories: MemoryRepository, row: Record) -> Record:
         record[EMBEDDED_FIELD] = 0
         record["dense"] = pending_vector(memories.spec.dense_dim)
     return record
+
+
+def scope_legacy_ids(memories: MemoryRepository, batch: int = BATCH) -> int:
+    """Give rows stored before ids were scoped by tenant their scoped primary key; return how many moved.
+
+    Rows are copied as stored (sealed ones stay sealed, vectors and flags kept), then the old ones deleted: a
+    start that dies in between leaves both copies, and the next start deletes the old one (the copy is an
+    upsert of the same key). Reads no other tenant's rows into any answer: it runs before the server serves.
+    """
+    raw, name = memories.raw_store, memories.spec.name
+    keys = [str(row["id"]) for row in every_row(raw, name, Filter(""), ["id", "tenant"])
+            if stored_id(str(row["tenant"]), str(row["id"])) != str(row["id"])]
+    if not keys:
+        return 0
+    fields = sorted((raw.field_names(name) or set(OUTPUT_FIELDS)) - {"sparse"})
+    for start in range(0, len(keys), batch):
+        part = keys[start:start + batch]
+        rows = raw.query(name, Filter("id in {legacy}", {"legacy": part}), fields=fields, limit=len(part))
+        raw.upsert(name, [{**row, "id": stored_id(str(row["tenant"]), str(row["id"]))} for row in rows])
+        raw.delete(name, Filter("id in {legacy}", {"legacy": part}))
+    memories.kept.forget_all()
+    log.info("ids scoped by tenant: %d rows moved to their scoped keys", len(keys))
+    return len(keys)
