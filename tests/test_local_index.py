@@ -20,7 +20,8 @@ from flask.testing import FlaskClient
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.storage.database.base import CollectionSpec, Filter
-from acn.storage.database.lite.local_index import LocalIndex, stored_row
+from acn.storage.database.lite.index_rows import stored_row
+from acn.storage.database.lite.local_index import LocalIndex
 from acn.storage.database.lite.predicate import UnsupportedFilter, predicate
 from acn.storage.database.memory_rows import (
     client_id,

@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acn.storage.repositories.sessions import chunk_text
+from acn.storage.repositories.session_rows import chunk_text
 from tests.conftest import assert_error, post
 
 
@@ -123,7 +123,7 @@ def test_long_snapshots_are_stored_compressed_and_plain_ones_still_read(app: Fla
     from acn.common.auth import DEFAULT_TENANT
     from acn.common.conversation import SessionState
     from acn.common.models import Message, Namespace
-    from acn.storage.repositories.sessions import COMPRESSED, pack, unpack
+    from acn.storage.repositories.session_rows import COMPRESSED, pack, unpack
 
     sessions = app.extensions["acn"].sessions
     namespace = Namespace(**ns)

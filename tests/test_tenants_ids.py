@@ -19,7 +19,7 @@ from acn.storage.database.base import Filter
 from acn.storage.database.memory_rows import memory_spec, to_record
 from acn.storage.database.milvus import MilvusStore
 from acn.storage.database.store_facts import FACT_ROW
-from acn.storage.repositories.sessions import session_spec
+from acn.storage.repositories.session_rows import session_spec
 from tests.conftest import make_settings, post
 from tests.redis_support import redis_server, replicas
 

@@ -13,17 +13,12 @@ from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, 
 from acn.storage.database.crypto import EncryptionKeyError, SnapshotCipher
 from acn.storage.database.kept import SHARED_KEPT, Kept
 from acn.storage.database.lite.held import HeldIndexes, held_page, held_rows, held_search
-from acn.storage.database.lite.local_index import DISTINCT_FETCH, LocalIndex
-from acn.storage.database.lite.read_cache import (
-    CACHED_BYTES,
-    CACHED_INDEX_ROWS,
-    CACHED_INDEXES,
-    CACHED_POOLS,
-    GroupKey,
-    ReadCache,
-    Stamp,
-)
+from acn.storage.database.lite.index_loads import GroupKey, Stamp
+from acn.storage.database.lite.index_rows import DISTINCT_FETCH
+from acn.storage.database.lite.local_index import LocalIndex
+from acn.storage.database.lite.read_cache import ReadCache
 from acn.storage.database.lite.read_priority import READS
+from acn.storage.database.lite.sizes import CACHED_BYTES, CACHED_INDEX_ROWS, CACHED_INDEXES, CACHED_POOLS
 from acn.storage.database.lite.tokens import share_segmentation
 from acn.storage.database.memory_rows import (
     EMBEDDED,

@@ -15,7 +15,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from acn.common.models import Namespace
-from acn.storage.database.lite.read_cache import ReadCache, Stamp
+from acn.storage.database.lite.index_loads import Stamp
+from acn.storage.database.lite.read_cache import ReadCache
 
 T = TypeVar("T")
 SHARED_KEPT = 64  # dedup pools kept against a server (Kept.keep_shared)

@@ -30,8 +30,6 @@ Why it stays correct:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -39,12 +37,21 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from acn.common.models import Memory, Namespace
-from acn.common.stored import stamp_bounds
-from acn.storage.database import QUERY_WINDOW, CollectionSpec, Filter, MemoryStore, Record, every_row, stored_id
+from acn.storage.database import QUERY_WINDOW, Filter, MemoryStore, Record, every_row, stored_id
+from acn.storage.repositories.head_rows import (
+    HEAD_FIELDS,
+    HeadKey,
+    archive_owner,
+    group_keys,
+    head_id,
+    heads_of,
+    heads_spec,
+    owner_of,
+    page_id,
+    session_key,
+)
 from acn.storage.repositories.listed_ids import ListedIds
 
-HEAD_FIELDS = {"tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "kind": "varchar",
-               "high_ms": "int64", "ids": "json"}
 PAGE = "page"  # the kind of a member page: up to PAGE_IDS ids of one owner's rows, its number in high_ms
 PAGE_IDS = 256  # ids a member page holds (a save rewrites the owner's last page: kept small)
 PAGES_A_READ = 32  # member pages asked for in one primary-key lookup
@@ -57,82 +64,6 @@ WRITE_CHUNK = 500
 log = logging.getLogger("acn.store")
 # Reads every memory row (these fields) of the collection, in pieces: the background pass that writes old rows' heads.
 Scan = Callable[[list[str]], Iterable[Record]]
-
-
-def heads_spec(prefix: str) -> CollectionSpec:
-    """Return the heads collection spec (no text search; the placeholder vector keeps Milvus happy)."""
-    return CollectionSpec(name=f"{prefix}_memory_heads", scalar_fields=HEAD_FIELDS, partition_key="tenant")
-
-
-def head_id(kind: str, tenant: str, agent_id: str = "", session_id: str = "") -> str:
-    """Return the id of a head: a digest of what it names (the row's fields are checked after the read)."""
-    raw = json.dumps([kind, tenant, agent_id, session_id])
-    return "h" + kind[0] + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
-
-
-HeadKey = tuple[str, str, str, str]  # kind, tenant, agent, session
-
-
-def _session_key(tenant: str, namespace: Namespace) -> HeadKey:
-    return ("session", tenant, namespace.agent_id, namespace.session_id)
-
-
-def _group_keys(tenant: str, namespace: Namespace) -> list[HeadKey]:
-    """The heads of every row a session can read (group_filter): its own, its agent's other scopes, shared."""
-    return [_session_key(tenant, namespace), ("agent", tenant, namespace.agent_id, ""), ("shared", tenant, "", "")]
-
-
-def heads_of(tenant: str, rows: Iterable[Memory | Record]) -> dict[HeadKey, int]:
-    """Return the heads a batch of memories needs, each with the newest stamp it carries."""
-    needed: dict[HeadKey, int] = {}
-    ceiling = stamp_bounds()[1]
-    for row in rows:
-        agent, session, scope, stamp, user, kind = (
-            (row.agent_id, row.session_id, str(row.scope), max(row.updated_at, row.created_at), row.user_id or "",
-             str(row.kind)) if isinstance(row, Memory) else
-            (str(row["agent_id"]), str(row["session_id"]), str(row["scope"]), int(row.get("updated_at") or 0),
-             str(row.get("user_id") or ""), str(row.get("kind") or "")))
-        if stamp > ceiling:
-            # A stamp beyond the stored-row bound (acn/common/stored.py) is no clock: a session's clock following
-            # it overflowed int64 at its next write. The row still gets its heads (it is read, and reported as
-            # dropped there); its stamp does not move them.
-            stamp = 0
-        for key in _row_keys(tenant, agent, session, scope, user, kind):
-            needed[key] = max(needed.get(key, 0), stamp)
-    return needed
-
-
-def owner_of(tenant: str, agent: str, session: str, scope: str, user: str = "") -> HeadKey:
-    """Return the head whose member pages list a row: its session's (session scope), its user's (user scope), its
-    agent's (agent scope), or shared."""
-    if scope == "session":
-        return ("session", tenant, agent, session)
-    if scope == "user":
-        return ("user", tenant, agent, user)
-    return ("shared", tenant, "", "") if scope == "shared" else ("agent", tenant, agent, "")
-
-
-def page_id(owner: HeadKey, page: int) -> str:
-    return f"{head_id(*owner)}:{page}"
-
-
-def archive_owner(tenant: str, agent: str, user: str, kind: str) -> HeadKey | None:
-    """Return the head whose member pages list a user's archived message as well (None: not one)."""
-    return ("turns", tenant, agent, user) if kind == "turn" and user else None
-
-
-def _row_keys(tenant: str, agent: str, session: str, scope: str, user: str = "", kind: str = "") -> list[HeadKey]:
-    keys: list[HeadKey] = [("session", tenant, agent, session)]  # the clock counts every row of the session
-    archive = archive_owner(tenant, agent, user, kind)
-    if archive is not None:
-        keys.append(archive)
-    if scope == "shared":
-        keys.append(("shared", tenant, "", ""))
-    elif scope != "session":
-        keys.append(("agent", tenant, agent, ""))  # "the agent has rows other than sessions'" (readable_empty)
-        if scope == "user":
-            keys.append(("user", tenant, agent, user))
-    return keys
 
 
 class MemoryHeads:
@@ -262,19 +193,19 @@ class MemoryHeads:
         """Return the newest stamp ever written in the session (0: none); None while heads are being built."""
         if not self.ready.is_set():
             return None
-        key = _session_key(tenant, namespace)
+        key = session_key(tenant, namespace)
         return self._lookup([key]).get(key) or 0
 
     def session_empty(self, tenant: str, namespace: Namespace) -> bool:
         """Return True when the session certainly holds no row of its own."""
-        return self.ready.is_set() and self._lookup([_session_key(tenant, namespace)]).get(
-            _session_key(tenant, namespace)) is None
+        return self.ready.is_set() and self._lookup([session_key(tenant, namespace)]).get(
+            session_key(tenant, namespace)) is None
 
     def readable_empty(self, tenant: str, namespace: Namespace) -> bool:
         """Return True when no row a session can read exists (its own, its agent's, its tenant's shared)."""
         if not self.ready.is_set():
             return False
-        found = self._lookup(_group_keys(tenant, namespace))
+        found = self._lookup(group_keys(tenant, namespace))
         return all(value is None for value in found.values())
 
     def _lookup(self, keys: Sequence[HeadKey]) -> dict[HeadKey, int | None]:
@@ -328,7 +259,7 @@ class MemoryHeads:
                   int(row["high_ms"])) for row in rows[:limit]]
         with self._lock:
             for tenant, namespace, high in reversed(found):
-                key = _session_key(tenant, namespace)
+                key = session_key(tenant, namespace)
                 self._remember(key, max(high, self._known.get(key) or 0))
         return found
 
@@ -347,7 +278,7 @@ class MemoryHeads:
         against a server, or while heads are being built)."""
         if not self.paged or not self.pages_ready.is_set():
             return None
-        keys = _group_keys(tenant, namespace)
+        keys = group_keys(tenant, namespace)
         found = self._lookup(keys)
         ids: list[str] = []
         for key in keys:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -17,24 +15,14 @@ from typing import Any
 from acn.common.conversation import SessionState, VersionInfo
 from acn.common.errors import ConflictError, LeaseLostError, NotFoundError
 from acn.common.models import Namespace
-from acn.storage.database import CollectionSpec, Filter, MemoryStore, Record, SnapshotCipher, every_row
+from acn.storage.database import Filter, MemoryStore, Record, SnapshotCipher, every_row
 from acn.storage.repositories.coordination import Lease, RedisCoordinator
 from acn.storage.repositories.listed_ids import ListedIds
+from acn.storage.repositories.session_rows import chunk_text, pack, session_spec, unpack
 from acn.text.pii import redact_value
 
-SESSION_FIELDS = {
-    "tenant": "varchar", "agent_id": "varchar", "session_id": "varchar", "row": "varchar",
-    "version": "int64", "part": "int64", "parts": "int64", "created_at": "int64", "chunk": "varchar",
-    "info": "json",
-}
-# VARCHAR limits are in bytes on Milvus servers: stay well below 65,535 whatever the script.
-CHUNK_BYTES = 60_000
 log = logging.getLogger("acn.store")
 HEAD = "head"
-# Snapshots longer than this are stored zlib-compressed (base64, marked): a long session's state is mostly
-# repeated JSON structure, every turn writes a version of it, and the store's client converts every character.
-COMPRESS_ABOVE = 4096
-COMPRESSED = "z1:"
 HEAD_CACHE_SIZE = 2048
 # Sessions known to have no archiving mark (Lite): forgotten all at once past this many (a forgotten one costs one
 # primary-key read), so a process that reads many sessions does not grow the set without end.
@@ -55,42 +43,6 @@ class _SessionLock:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.users = 0
-
-
-def session_spec(prefix: str) -> CollectionSpec:
-    """Return the sessions collection spec (no text search; a tiny vector keeps Milvus happy)."""
-    return CollectionSpec(name=f"{prefix}_sessions", scalar_fields=SESSION_FIELDS, partition_key="tenant")
-
-
-def pack(text: str) -> str:
-    """Return the snapshot text as stored: compressed and marked when long (JSON never starts with the mark)."""
-    if len(text) <= COMPRESS_ABOVE:
-        return text
-    return COMPRESSED + base64.b64encode(zlib.compress(text.encode("utf-8"), 1)).decode("ascii")
-
-
-def unpack(stored: str) -> str:
-    """Return the snapshot text of what pack stored (plain snapshots of earlier versions pass unchanged)."""
-    if not stored.startswith(COMPRESSED):
-        return stored
-    return zlib.decompress(base64.b64decode(stored[len(COMPRESSED):])).decode("utf-8")
-
-
-def chunk_text(text: str, limit: int = CHUNK_BYTES) -> list[str]:
-    """Split text into pieces of at most `limit` UTF-8 bytes, never inside a character."""
-    if limit < 4:
-        raise ValueError("a chunk must hold any UTF-8 character (4 bytes)")
-    data = text.encode("utf-8")
-    chunks: list[str] = []
-    start = 0
-    while len(data) - start > limit:
-        end = start + limit
-        while data[end] & 0xC0 == 0x80:  # a continuation byte: the cut would split a character
-            end -= 1
-        chunks.append(data[start:end].decode("utf-8"))
-        start = end
-    chunks.append(data[start:].decode("utf-8"))
-    return chunks
 
 
 class SessionRepository:

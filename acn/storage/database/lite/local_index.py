@@ -20,21 +20,34 @@ import math
 import threading
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from operator import itemgetter
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
 from acn.common.models import Memory
 from acn.storage.database.base import Filter, Record
+from acn.storage.database.lite.dense_rows import DenseRows, gather_dense_rows, unit_vector
+from acn.storage.database.lite.index_rows import (
+    AS_STORED,
+    AT,
+    CONTENT,
+    CREATED,
+    FILTERABLE,
+    MISSING,
+    REPEATED,
+    ROW_FIELDS,
+    Row,
+    distinct_top,
+    room,
+    row_client_id,
+    row_memory,
+    tested,
+    top_slots,
+)
 from acn.storage.database.lite.predicate import read_fields, tuple_predicate
 from acn.storage.database.memory_rows import (
     EMBEDDED_FIELD,
-    MEMORY_FIELDS,
-    client_id,
-    from_record,
     to_record,
     with_client_id,
 )
@@ -58,31 +71,6 @@ MEMORY_BYTES = 1500
 # Filters whose matching rows are kept as a bit mask (one per namespace and kind set a caller asks with).
 CACHED_MASKS = 32
 CACHED_PAGES = 32  # select_page answers kept per index (see LocalIndex._pages)
-# A row's stored fields, in this order in its tuple; the text is `content`, the vector is kept apart.
-ROW_FIELDS = ("id", "content", *MEMORY_FIELDS, EMBEDDED_FIELD)
-_AT = {field: at for at, field in enumerate(ROW_FIELDS)}
-_CONTENT = _AT["content"]
-_CREATED = _AT["created_at"]
-# What a filter reads of a row's tuple: its fields but the text and the JSON document (as stored_row leaves them).
-_FILTERABLE = tuple(field if field not in ("content", "doc") else "" for field in ROW_FIELDS)
-# Fields whose values repeat across rows: held once per index (see _Rows.intern).
-_REPEATED = ("tenant", "agent_id", "session_id", "user_id", "scope", "kind", "key", "importance", "superseded_by")
-_MISSING = object()  # a field the row was put without (partial rows in tests, the embedded flag without vectors)
-# Fields whose stored value is what to_record(from_record(row)) gives back: a read of them needs no Memory.
-_AS_STORED = frozenset(ROW_FIELDS) - {"importance", "doc", "id", "turn_to", EMBEDDED_FIELD}
-Row = tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class _DenseRows:
-    """The vectors one dense filter allows, in slot order: the first len(allowed) rows of `buffer` (room after
-    them for rows added later), as of the index's `writes`-th put and `seen` entries of its change log."""
-
-    key: Hashable
-    writes: int
-    seen: int
-    allowed: np.ndarray
-    buffer: np.ndarray
 
 
 class LocalIndex:
@@ -101,7 +89,7 @@ class LocalIndex:
         self._lengths = np.zeros(0, dtype=np.float64)
         # Per slot, whether its text is tokenized (posted): a replaced row's postings are found again from its text.
         self._posted = np.zeros(0, dtype=np.bool_)
-        # One hash per text, per slot: a distinct search keeps one copy of a text (see _distinct_top). A 64-bit
+        # One hash per text, per slot: a distinct search keeps one copy of a text (see distinct_top). A 64-bit
         # hash: two different texts of one session sharing one is a chance of ~1e-9 at 200,000 rows.
         self._text_ids = np.zeros(0, dtype=np.int64)
         self._created = np.zeros(0, dtype=np.int64)  # created_at per slot, for ordered reads (select_page)
@@ -113,9 +101,9 @@ class LocalIndex:
         # the copy cost as much as the product (a focused assemble searches two or three times between writes).
         # One filter's (a session searches with one); `_writes` counts every put (_changes restarts). Writes that
         # only add rows after the allowed ones (a record_turn's archived messages, new facts) extend the copy in
-        # place (_DenseRows), so the assemble after each turn does not copy the whole session again.
+        # place (DenseRows), so the assemble after each turn does not copy the whole session again.
         self._writes = 0
-        self._dense_rows: _DenseRows | None = None
+        self._dense_rows: DenseRows | None = None
         # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
         # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
         self._pending: set[int] = set()
@@ -148,16 +136,16 @@ class LocalIndex:
         With tokenize=False the text is tokenized later: by index_pending, or at the latest by the next
         search_text. Filters and dense search see the row at once.
         """
-        full = record if _AT.keys() - {EMBEDDED_FIELD} <= record.keys() else \
+        full = record if AT.keys() - {EMBEDDED_FIELD} <= record.keys() else \
             {**to_record(memory, str(record.get("tenant", "")), None), "id": memory.id, **record}
         self.put_row(full, tokenize=tokenize)
 
     def put_row(self, record: Record, *, tokenize: bool = True) -> None:
         """Add a store row (every field of OUTPUT_FIELDS; `dense` if configured) or replace the row with its id."""
-        vector = _unit(record.get("dense"), self._dim)
+        vector = unit_vector(record.get("dense"), self._dim)
         with self._lock:
             row = self._compact(record)
-        terms = Counter(bm25_tokens(row[_CONTENT])) if tokenize else None
+        terms = Counter(bm25_tokens(row[CONTENT])) if tokenize else None
         with self._lock:
             self._place(row, terms, vector)
 
@@ -166,15 +154,15 @@ class LocalIndex:
         empty document as None (called with the lock held)."""
         values = []
         for field in ROW_FIELDS:
-            value = record.get(field, _MISSING)
-            if value is _MISSING:
+            value = record.get(field, MISSING)
+            if value is MISSING:
                 values.append(value)
                 continue
             if isinstance(value, float):
                 value = float(np.float32(value))  # see stored_row
             if field == "doc":
                 value = value if value and any(value.values()) else None
-            elif field in _REPEATED:
+            elif field in REPEATED:
                 value = self._interned.setdefault(value, value)
             values.append(value)
         return tuple(values)
@@ -187,7 +175,7 @@ class LocalIndex:
                       for slot in np.flatnonzero(np.frombuffer(mask, dtype=np.uint8)).tolist()]
         copy = LocalIndex(self._dim)
         for row, posted, vector in picked:
-            terms = Counter(bm25_tokens(row[_CONTENT])) if posted else None
+            terms = Counter(bm25_tokens(row[CONTENT])) if posted else None
             with copy._lock:
                 copy._place(copy._compact(dict(zip(ROW_FIELDS, row, strict=True))), terms, vector)
         return copy
@@ -196,14 +184,14 @@ class LocalIndex:
         """Add the row or replace the row with its id (called with the lock held)."""
         key = str(row[0])
         slot = self._slots.get(key)
-        content = row[_CONTENT]
+        content = row[CONTENT]
         if slot is None:
             slot = len(self._rows)
             self._slots[key] = slot
             self._rows.append(row)
             self._grow(slot)
         else:
-            old = self._rows[slot][_CONTENT]
+            old = self._rows[slot][CONTENT]
             if old == content and self._posted[slot] and terms is None:
                 terms = _KEEP  # the same text, already posted (a vector filled, a supersede): postings stay
             else:
@@ -212,7 +200,7 @@ class LocalIndex:
             self._rows[slot] = row
         self._chars += len(content)
         self._text_ids[slot] = hash(content)
-        self._created[slot] = row[_CREATED] if isinstance(row[_CREATED], int) else 0
+        self._created[slot] = row[CREATED] if isinstance(row[CREATED], int) else 0
         if terms is None:
             self._pending.add(slot)
         elif terms is not _KEEP:
@@ -227,12 +215,12 @@ class LocalIndex:
             self._dense_rows = None  # it reads the slots changed since it was made from the log
 
     def _grow(self, slot: int) -> None:
-        self._lengths = _room(self._lengths, slot)
-        self._posted = _room(self._posted, slot)
-        self._text_ids = _room(self._text_ids, slot)
-        self._created = _room(self._created, slot)
+        self._lengths = room(self._lengths, slot)
+        self._posted = room(self._posted, slot)
+        self._text_ids = room(self._text_ids, slot)
+        self._created = room(self._created, slot)
         if self._dim:
-            self._vectors = _room(self._vectors, slot)
+            self._vectors = room(self._vectors, slot)
 
     def index_pending(self, at_most: int | None = None) -> int:
         """Tokenize the rows written with tokenize=False (outside the lock: searches go on meanwhile); with
@@ -241,7 +229,7 @@ class LocalIndex:
             work = [(slot, self._rows[slot]) for slot in itertools.islice(self._pending, at_most)]
         if not work:
             return 0
-        done = [(slot, row, Counter(bm25_tokens(row[_CONTENT]))) for slot, row in work]
+        done = [(slot, row, Counter(bm25_tokens(row[CONTENT]))) for slot, row in work]
         with self._lock:
             for slot, row, terms in done:
                 if slot in self._pending and self._rows[slot] is row:  # not replaced meanwhile
@@ -275,16 +263,16 @@ class LocalIndex:
             scores *= np.frombuffer(self._mask(where), dtype=np.uint8)
             if distinct:
                 positive = np.flatnonzero(scores > 0)
-                top = _distinct_top(positive, scores[positive], limit, self._text_ids)
+                top = distinct_top(positive, scores[positive], limit, self._text_ids)
             else:
-                top = _top(scores, limit)
+                top = top_slots(scores, limit)
             return list(zip(self._memories(top), scores[top].tolist(), strict=True))
 
     def search_dense(self, vector: list[float], where: Filter, limit: int, *,
                      distinct: bool = False) -> list[tuple[Memory, float]]:
         """Return up to `limit` rows matching the filter, by cosine similarity to the vector (`distinct`: as in
         search_text)."""
-        query = _unit(vector, self._dim)
+        query = unit_vector(vector, self._dim)
         with self._lock:
             if not self._dim or not self._rows:
                 return []
@@ -293,7 +281,7 @@ class LocalIndex:
                 return []
             scores = vectors @ query
             if distinct:
-                top = _distinct_top(allowed, scores, limit, self._text_ids)
+                top = distinct_top(allowed, scores, limit, self._text_ids)
                 at = np.searchsorted(allowed, top)  # allowed is ascending: where each picked slot's score is
                 values = scores[at].tolist()
             else:
@@ -314,33 +302,14 @@ class LocalIndex:
         if kept is not None and kept.key == key and kept.writes == self._writes:
             return kept.allowed, kept.buffer[:len(kept.allowed)]
         allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
-        if kept is not None and kept.key == key and self._only_added(kept, allowed):
-            buffer, count = kept.buffer, len(kept.allowed)
-            if len(allowed) > len(buffer):  # out of room: a larger buffer, the rows copied once
-                buffer = np.empty((len(allowed) + len(allowed) // 4 + 64, self._dim), dtype=np.float32)
-                buffer[:count] = kept.buffer[:count]
-            buffer[count:len(allowed)] = self._vectors[allowed[count:]]
-        else:
-            buffer = np.empty((len(allowed) + len(allowed) // 4 + 64, self._dim), dtype=np.float32)
-            buffer[:len(allowed)] = self._vectors[allowed]
-        self._dense_rows = _DenseRows(key, self._writes, len(self._changes), allowed, buffer)
-        return allowed, buffer[:len(allowed)]
-
-    def _only_added(self, kept: _DenseRows, allowed: np.ndarray) -> bool:
-        """Return True when the filter now allows what it allowed when `kept` was made, unchanged, and more rows
-        after them only: no allowed row was written since (a vector, a supersede) and none left or came in
-        between (called with the lock held)."""
-        count = len(kept.allowed)
-        if len(allowed) < count or not np.array_equal(allowed[:count], kept.allowed):
-            return False
-        changed = np.frombuffer(self._changes, dtype=np.int32)[kept.seen:]
-        return not count or not np.isin(changed, kept.allowed, assume_unique=False).any()
+        kept = self._dense_rows = gather_dense_rows(kept, key, self._writes, self._changes, allowed, self._vectors)
+        return allowed, kept.buffer[:len(allowed)]
 
     def select(self, where: Filter) -> list[Memory]:
         """Return every row matching the filter, in the order they were first put."""
         with self._lock:
             picked = [self._rows[slot] for slot in self._matching(where)]
-        return list(map(_memory, picked))
+        return list(map(row_memory, picked))
 
     def select_page(self, where: Filter, *, offset: int, limit: int) -> list[Memory]:
         """Return the rows matching the filter ordered by (created_at, id), from `offset`, at most `limit`: as
@@ -358,7 +327,7 @@ class LocalIndex:
                 bound = np.partition(created, end - 1)[end - 1]
                 slots = slots[created <= bound]
             rows = self._rows
-            ordered = sorted(slots.tolist(), key=lambda slot: (rows[slot][_CREATED], _client_id(rows[slot])))
+            ordered = sorted(slots.tolist(), key=lambda slot: (rows[slot][CREATED], row_client_id(rows[slot])))
             page = self._memories(ordered[offset: offset + limit])
             self._pages[key] = (self._writes, page)
             while len(self._pages) > CACHED_PAGES:
@@ -370,13 +339,13 @@ class LocalIndex:
         knows; importance and the document as a Memory gives them back), these fields only, in put order."""
         with self._lock:
             picked = [self._rows[slot] for slot in self._matching(where)]
-        if not set(fields) <= _AS_STORED | {"id"}:
-            tenant_of = _AT["tenant"]
-            return [{field: value for field, value in with_client_id(to_record(_memory(row), str(row[tenant_of]),
+        if not set(fields) <= AS_STORED | {"id"}:
+            tenant_of = AT["tenant"]
+            return [{field: value for field, value in with_client_id(to_record(row_memory(row), str(row[tenant_of]),
                                                                                 None)).items() if field in fields}
                     for row in picked]
-        at = [(field, _AT[field]) for field in fields]
-        return [{field: (_client_id(row) if field == "id" else row[i]) for field, i in at} for row in picked]
+        at = [(field, AT[field]) for field in fields]
+        return [{field: (row_client_id(row) if field == "id" else row[i]) for field, i in at} for row in picked]
 
     def _memories(self, slots: list[int]) -> list[Memory]:
         """Return the Memory of each slot's row, built once while the row stays (called with the lock held)."""
@@ -385,7 +354,7 @@ class LocalIndex:
             row = self._rows[slot]
             built = self._built.get(slot)
             if built is None or built[0] is not row:  # never built, or the row was replaced since
-                built = (row, _memory(row))
+                built = (row, row_memory(row))
                 if len(self._built) >= BUILT_ROWS:
                     self._built.pop(next(iter(self._built)))
                 self._built[slot] = built
@@ -402,9 +371,9 @@ class LocalIndex:
         cached = self._masks.get(key)
         if cached is not None and cached[0] == len(self._changes):
             return cached[1]
-        matches = tuple_predicate(where, _FILTERABLE)
+        matches = tuple_predicate(where, FILTERABLE)
         if cached is None:
-            mask = _tested(matches, self._rows, read_fields(where))
+            mask = tested(matches, self._rows, read_fields(where))
         else:
             seen, mask = cached
             mask.extend(bytes(len(self._rows) - len(mask)))
@@ -454,108 +423,3 @@ class LocalIndex:
 
 
 _KEEP: Counter[str] = Counter()  # _place: the row's postings stay as they are
-# A new filter's mask is tested once per distinct value of the fields it reads (_tested) unless more than this share
-# of the rows differ there (an id, a time): then row by row.
-DISTINCT_SHARE = 0.25
-_FILTERABLE_AT = {field: at for at, field in enumerate(_FILTERABLE) if field}
-
-
-def _tested(matches: Callable[[Row], bool], rows: list[Row], fields: tuple[str, ...]) -> bytearray:
-    """Return one byte per row, 1 where it matches: the predicate tested once per distinct combination of the
-    fields the filter reads, each row then given its combination's answer.
-
-    Why: a filter's answer for a row depends on those fields alone (predicate.read_fields), and the filters a node
-    asks with read a few fields of few values (tenant, agent, session, scope, kind, superseded_by), while the
-    predicate, a tree of Python closures, costs ~5-20 us a row. Measured on a warmed namespace of 10k memories, the
-    warmer's six filters (acn/assembly/warm.py) took most of its reads' time (and the index's lock meanwhile), and a
-    first call that asked a new filter paid one over every row.
-    """
-    positions = [_FILTERABLE_AT[field] for field in fields if field in _FILTERABLE_AT]
-    project: Callable[[Row], Any] = itemgetter(*positions) if positions else _nothing
-    try:
-        keys = list(map(project, rows))
-        firsts = dict(zip(keys, rows, strict=True))  # a row per combination (the last: any gives the same answer)
-    except TypeError:  # a value that cannot be a key (a list in a JSON field): row by row
-        return bytearray(map(matches, rows))
-    if len(firsts) > DISTINCT_SHARE * len(rows) + 16:
-        return bytearray(map(matches, rows))
-    answers = {key: 1 if matches(row) else 0 for key, row in firsts.items()}
-    return bytearray(map(answers.__getitem__, keys))
-
-
-def _nothing(row: Row) -> tuple[()]:
-    return ()
-
-
-def _client_id(row: Row) -> str:
-    return client_id(str(row[0]))
-
-
-def _memory(row: Row) -> Memory:
-    """Return the memory of a held row, as the store path builds it (from_record)."""
-    return from_record({field: value for field, value in zip(ROW_FIELDS, row, strict=True) if value is not _MISSING})
-
-
-def stored_row(record: Record) -> Record:
-    """Return the scalar fields of a row as the store holds them, for filters to read.
-
-    A FLOAT field is float32 in the store: 0.3 is stored as 0.30000001192..., so `importance <= 0.3` does not
-    match it there and must not here either.
-    """
-    return {key: float(np.float32(value)) if isinstance(value, float) else value
-            for key, value in record.items() if key not in ("content", "doc", "dense")}
-
-
-def _room(array: np.ndarray, slot: int) -> np.ndarray:
-    """Return the array, grown (doubling) so that row `slot` exists."""
-    if slot < len(array):
-        return array
-    grown = np.zeros((max(64, 2 * len(array), slot + 1), *array.shape[1:]), dtype=array.dtype)
-    grown[: len(array)] = array
-    return grown
-
-
-def _top(scores: np.ndarray, limit: int) -> list[int]:
-    """Return the slots of the `limit` best positive scores, best first (ties: lower slot first)."""
-    positive = np.flatnonzero(scores > 0)  # ascending slots: lexsort's last key first, then slot order
-    if len(positive) > limit:  # only what reaches the limit-th best score (ties included) needs sorting
-        values = scores[positive]
-        positive = positive[values >= np.partition(values, len(values) - limit)[len(values) - limit]]
-    best: list[int] = positive[np.lexsort((positive, -scores[positive]))][:limit].tolist()
-    return best
-
-
-def _distinct_top(slots: np.ndarray, values: np.ndarray, limit: int, text_ids: np.ndarray) -> list[int]:
-    """Return up to `limit` of the slots, best value first, one per text id (ties: the newest slot first).
-
-    Only the slots reaching the (DISTINCT_FETCH × limit)-th best value are sorted, unless copies leave fewer
-    than `limit` texts among them.
-    """
-    wanted = DISTINCT_FETCH * limit
-    if len(slots) > wanted:
-        threshold = np.partition(values, len(values) - wanted)[len(values) - wanted]
-        near = values >= threshold
-        picked = _first_per_text(slots[near], values[near], text_ids)
-        if len(picked) >= limit:
-            return picked[:limit]
-    return _first_per_text(slots, values, text_ids)[:limit]
-
-
-def _first_per_text(slots: np.ndarray, values: np.ndarray, text_ids: np.ndarray) -> list[int]:
-    order = np.lexsort((-slots, -values))  # best value first; among equal values the newest slot
-    ranked = slots[order]
-    _, first = np.unique(text_ids[ranked], return_index=True)
-    kept: list[int] = ranked[np.sort(first)].tolist()
-    return kept
-
-
-# A distinct search sorts this many times its limit first (copies of one text rank together).
-DISTINCT_FETCH = 3
-
-
-def _unit(vector: Any, dim: int) -> np.ndarray:
-    if not dim:
-        return np.zeros(0, dtype=np.float32)
-    array = np.zeros(dim, dtype=np.float32) if vector is None else np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(array))
-    return array / norm if norm else array

@@ -1,0 +1,61 @@
+"""The vectors a dense filter allows, kept between searches of the in-process index (local_index.py).
+
+A session's dense searches ask with the same filter turn after turn; the rows it allows are gathered once into a
+buffer with room after them, and rows added later are appended, not gathered again.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DenseRows:
+    """The vectors one dense filter allows, in slot order: the first len(allowed) rows of `buffer` (room after
+    them for rows added later), as of the index's `writes`-th put and `seen` entries of its change log."""
+
+    key: Hashable
+    writes: int
+    seen: int
+    allowed: np.ndarray
+    buffer: np.ndarray
+
+
+def gather_dense_rows(kept: DenseRows | None, key: Hashable, writes: int, changes: array[int], allowed: np.ndarray,
+               vectors: np.ndarray) -> DenseRows:
+    """Return the vectors of the allowed slots, reusing `kept`'s buffer when the filter only gained rows since."""
+    dim = vectors.shape[1]
+    if kept is not None and kept.key == key and only_added(kept, allowed, changes):
+        buffer, count = kept.buffer, len(kept.allowed)
+        if len(allowed) > len(buffer):  # out of room: a larger buffer, the rows copied once
+            buffer = np.empty((len(allowed) + len(allowed) // 4 + 64, dim), dtype=np.float32)
+            buffer[:count] = kept.buffer[:count]
+        buffer[count:len(allowed)] = vectors[allowed[count:]]
+    else:
+        buffer = np.empty((len(allowed) + len(allowed) // 4 + 64, dim), dtype=np.float32)
+        buffer[:len(allowed)] = vectors[allowed]
+    return DenseRows(key, writes, len(changes), allowed, buffer)
+
+
+def only_added(kept: DenseRows, allowed: np.ndarray, changes: array[int]) -> bool:
+    """Return True when the filter now allows what it allowed when `kept` was made, unchanged, and more rows
+    after them only: no allowed row was written since (a vector, a supersede) and none left or came in between."""
+    count = len(kept.allowed)
+    if len(allowed) < count or not np.array_equal(allowed[:count], kept.allowed):
+        return False
+    changed = np.frombuffer(changes, dtype=np.int32)[kept.seen:]
+    return not count or not np.isin(changed, kept.allowed, assume_unique=False).any()
+
+
+def unit_vector(vector: Any, dim: int) -> np.ndarray:
+    """Return the vector scaled to length 1 (zeros stay zeros; no dimension: an empty vector)."""
+    if not dim:
+        return np.zeros(0, dtype=np.float32)
+    array = np.zeros(dim, dtype=np.float32) if vector is None else np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(array))
+    return array / norm if norm else array

@@ -1,0 +1,129 @@
+"""How a row sits in the in-process index (local_index.py): its fields as one tuple, the tests of a filter over many
+rows, and the numpy top-k picks a search ends in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from acn.common.models import Memory
+from acn.storage.database.base import Record
+from acn.storage.database.memory_rows import EMBEDDED_FIELD, MEMORY_FIELDS, client_id, from_record
+
+# A row's stored fields, in this order in its tuple; the text is `content`, the vector is kept apart.
+ROW_FIELDS = ("id", "content", *MEMORY_FIELDS, EMBEDDED_FIELD)
+AT = {field: at for at, field in enumerate(ROW_FIELDS)}
+CONTENT = AT["content"]
+CREATED = AT["created_at"]
+# What a filter reads of a row's tuple: its fields but the text and the JSON document (as stored_row leaves them).
+FILTERABLE = tuple(field if field not in ("content", "doc") else "" for field in ROW_FIELDS)
+# Fields whose values repeat across rows: held once per index (see _Rows.intern).
+REPEATED = ("tenant", "agent_id", "session_id", "user_id", "scope", "kind", "key", "importance", "superseded_by")
+MISSING = object()  # a field the row was put without (partial rows in tests, the embedded flag without vectors)
+# Fields whose stored value is what to_record(from_record(row)) gives back: a read of them needs no Memory.
+AS_STORED = frozenset(ROW_FIELDS) - {"importance", "doc", "id", "turn_to", EMBEDDED_FIELD}
+Row = tuple[Any, ...]
+
+# A new filter's mask is tested once per distinct value of the fields it reads (tested) unless more than this share
+# of the rows differ there (an id, a time): then row by row.
+DISTINCT_SHARE = 0.25
+FILTERABLE_AT = {field: at for at, field in enumerate(FILTERABLE) if field}
+
+
+def tested(matches: Callable[[Row], bool], rows: list[Row], fields: tuple[str, ...]) -> bytearray:
+    """Return one byte per row, 1 where it matches: the predicate tested once per distinct combination of the
+    fields the filter reads, each row then given its combination's answer.
+
+    Why: a filter's answer for a row depends on those fields alone (predicate.read_fields), and the filters a node
+    asks with read a few fields of few values (tenant, agent, session, scope, kind, superseded_by), while the
+    predicate, a tree of Python closures, costs ~5-20 us a row. Measured on a warmed namespace of 10k memories, the
+    warmer's six filters (acn/assembly/warm.py) took most of its reads' time (and the index's lock meanwhile), and a
+    first call that asked a new filter paid one over every row.
+    """
+    positions = [FILTERABLE_AT[field] for field in fields if field in FILTERABLE_AT]
+    project: Callable[[Row], Any] = itemgetter(*positions) if positions else nothing
+    try:
+        keys = list(map(project, rows))
+        firsts = dict(zip(keys, rows, strict=True))  # a row per combination (the last: any gives the same answer)
+    except TypeError:  # a value that cannot be a key (a list in a JSON field): row by row
+        return bytearray(map(matches, rows))
+    if len(firsts) > DISTINCT_SHARE * len(rows) + 16:
+        return bytearray(map(matches, rows))
+    answers = {key: 1 if matches(row) else 0 for key, row in firsts.items()}
+    return bytearray(map(answers.__getitem__, keys))
+
+
+def nothing(row: Row) -> tuple[()]:
+    """Return no fields (a filter that reads none)."""
+    return ()
+
+
+def row_client_id(row: Row) -> str:
+    """Return the id of a held row as the client knows it."""
+    return client_id(str(row[0]))
+
+
+def row_memory(row: Row) -> Memory:
+    """Return the memory of a held row, as the store path builds it (from_record)."""
+    return from_record({field: value for field, value in zip(ROW_FIELDS, row, strict=True) if value is not MISSING})
+
+
+def stored_row(record: Record) -> Record:
+    """Return the scalar fields of a row as the store holds them, for filters to read.
+
+    A FLOAT field is float32 in the store: 0.3 is stored as 0.30000001192..., so `importance <= 0.3` does not
+    match it there and must not here either.
+    """
+    return {key: float(np.float32(value)) if isinstance(value, float) else value
+            for key, value in record.items() if key not in ("content", "doc", "dense")}
+
+
+def room(array: np.ndarray, slot: int) -> np.ndarray:
+    """Return the array, grown (doubling) so that row `slot` exists."""
+    if slot < len(array):
+        return array
+    grown = np.zeros((max(64, 2 * len(array), slot + 1), *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
+def top_slots(scores: np.ndarray, limit: int) -> list[int]:
+    """Return the slots of the `limit` best positive scores, best first (ties: lower slot first)."""
+    positive = np.flatnonzero(scores > 0)  # ascending slots: lexsort's last key first, then slot order
+    if len(positive) > limit:  # only what reaches the limit-th best score (ties included) needs sorting
+        values = scores[positive]
+        positive = positive[values >= np.partition(values, len(values) - limit)[len(values) - limit]]
+    best: list[int] = positive[np.lexsort((positive, -scores[positive]))][:limit].tolist()
+    return best
+
+
+def distinct_top(slots: np.ndarray, values: np.ndarray, limit: int, text_ids: np.ndarray) -> list[int]:
+    """Return up to `limit` of the slots, best value first, one per text id (ties: the newest slot first).
+
+    Only the slots reaching the (DISTINCT_FETCH × limit)-th best value are sorted, unless copies leave fewer
+    than `limit` texts among them.
+    """
+    wanted = DISTINCT_FETCH * limit
+    if len(slots) > wanted:
+        threshold = np.partition(values, len(values) - wanted)[len(values) - wanted]
+        near = values >= threshold
+        picked = first_per_text(slots[near], values[near], text_ids)
+        if len(picked) >= limit:
+            return picked[:limit]
+    return first_per_text(slots, values, text_ids)[:limit]
+
+
+def first_per_text(slots: np.ndarray, values: np.ndarray, text_ids: np.ndarray) -> list[int]:
+    """Return the slots best value first, one per text id (among equal values the newest slot)."""
+    order = np.lexsort((-slots, -values))  # best value first; among equal values the newest slot
+    ranked = slots[order]
+    _, first = np.unique(text_ids[ranked], return_index=True)
+    kept: list[int] = ranked[np.sort(first)].tolist()
+    return kept
+
+
+# A distinct search sorts this many times its limit first (copies of one text rank together).
+DISTINCT_FETCH = 3

@@ -1,0 +1,39 @@
+"""The read cache's sizes and pacing, named in one place (read_cache.py, index_loads.py)."""
+
+from __future__ import annotations
+
+from acn.storage.database.base import Filter
+
+# The caches, named and sized in one place. Session archives: at most CACHED_ARCHIVES sessions and about
+# CACHED_ARCHIVE_ROWS archived messages in all (the most recently used sessions stay).
+CACHED_ARCHIVES = 256
+CACHED_ARCHIVE_ROWS = 200_000
+CACHED_VIEWS = 1024
+CACHED_AGENT_VIEWS = 256  # views of what an agent's namespace reads (agent_view), least recently used out first
+CACHED_POOLS = 64
+# Sessions whose readable rows are searched in memory: at most this many (and about as many rows in all as the
+# repository is given). A session that can read more rows than the store's query window is searched in the store.
+CACHED_INDEXES = 256
+CACHED_INDEX_ROWS = 200_000  # the default of ACN_LOCAL_INDEX_ROWS: one namespace of 200k rows fits (~1 KB a row)
+# A batch of this many rows for one session (an import, a seeded store) starts loading its index at once: see
+# ReadCache.after_save. Smaller writes (a turn, a few memories) leave it to the session's first read, as before.
+WARM_ON_WRITE = 100
+CACHED_BYTES = 256 << 20  # the default of ACN_READ_CACHE_MB
+TOKENIZE_CHUNK = 200  # rows a loading index tokenizes between pauses
+LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, more in id ranges (ID_CUTS)
+# One sixteenth of the ids of memories and of archived messages (both hex, evenly spread). A session whose rows
+# fill LOAD_PAGE is first sampled there: more than a sixteenth of a query window in the slice, and the whole would
+# not fit one either. Lite builds every row a query returns in Python (~50 us a row): at 100k memories in one
+# namespace, reading ranges until the window overflowed took ~1.5 s, the sample ~0.3 s.
+SAMPLE = Filter('(id >= "mem_0" and id < "mem_1") or (id >= "turn_0" and id < "turn_1")')
+SAMPLE_SHARE = 16
+# A session index loaded by id on the request's thread up to this many rows; a larger one (up to the repository's
+# index_rows, and within its byte budget) loads by id on a background thread, tokenized there before it serves: the
+# start-up warmer's (acn/app/warmer.py), or the loader's after a large write or a first read. Until then the store
+# answers its reads (correct, slower): a request does not wait for a load of seconds (100k rows: ~2 s of lookups and
+# ~20 s of tokenizing), except for the start-up warmer's, which /readyz reports (see local_index).
+LISTED_LOAD_ROWS = 20_000
+ID_LOOKUP = 500  # ids in one primary-key lookup (9 ms on Lite at 200k rows)
+CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
+PREWARM_WAIT = 30.0  # seconds a request waits at most for the start-up warmer's load of its session index
+CACHED_AGENT_COUNTERS = 65_536  # agents whose write counters are kept (see ReadCache.after_save)
