@@ -122,3 +122,15 @@ def test_the_method_count_takes_inherited_methods_and_leaves_properties() -> Non
 
     assert {"ensure", "search_text", "insert"} <= public_methods(MemoryStore)
     assert "unflushed" not in public_methods(MilvusStore) and "insert" in public_methods(MilvusStore)
+
+
+# Who may open which door: the wiring (the app layer, the services' Deps) any; pipelines, nodes and the inspector only
+# the repositories' (they never see the store, its rows or the process parts).
+WIRING = ("acn.server", "acn.app", "acn.services", "acn.integrations")
+
+
+def test_pipelines_open_only_the_repositories_door() -> None:
+    opened = [f"{module} imports {target}" for module, path in modules().items()
+              if room_of(module) is None and not module.startswith(WIRING)
+              for target in sorted(storage_imports(module, path)) if target != "acn.storage.repositories"]
+    assert opened == [], "\n".join(opened)

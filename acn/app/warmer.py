@@ -174,7 +174,8 @@ class Warmer:
 
     def warm_users(self) -> None:
         """Load the indexes of the most recently written users (Lite): a returning user's new conversation reads
-        their memories from there (MemoryRepository._held_indexes), not by a load on its first call."""
+        their memories from there (HeldIndexes.of, acn/storage/database/lite/held.py), not by a load on its first
+        call."""
         cache = self.memories.cache
         if cache is None:
             return
@@ -187,7 +188,7 @@ class Warmer:
             before = cache.nbytes()
             if cache.prewarm((tenant, agent, user_group(user))) is not None:
                 # The reads and texts of a new conversation of the user (one with no row of its own: every such
-                # conversation shares what these keep, MemoryRepository._reader_key).
+                # conversation shares what these keep, MemoryQueries._reader_key).
                 namespace = Namespace(agent_id=agent, session_id=WARM_USER_SESSION, user_id=user)
                 if self.reads:
                     self.reads(tenant, namespace)

@@ -116,7 +116,7 @@ CACHED_BLOCK_CHARS = 64
 def bm25_tokens(text: str) -> tuple[str, ...]:
     """Return the tokens the store's BM25 analyzer makes of a text (jieba search mode, HMM, lower case).
 
-    Measured on Milvus Lite 3.2.2 with storage.milvus.ANALYZER: punctuation tokens ("-", "#", "'") are kept
+    Measured on Milvus Lite 3.2.2 with milvus_setup.ANALYZER: punctuation tokens ("-", "#", "'") are kept
     and a query's repeated tokens count once each time they occur; only whitespace is dropped. The in-process
     index (acn/storage/database/lite/local_index.py) ranks with these tokens, so it must keep in step with that
     analyzer.

@@ -182,7 +182,7 @@ def user_group(user_id: str) -> str:
 
 
 # The archived messages of every conversation of a user with an agent, held apart again (read only when an input
-# asks about an earlier conversation: MemoryRepository.earlier_messages).
+# asks about an earlier conversation: MemoryQueries.earlier_messages).
 USER_TURNS = "~turns~"
 
 

@@ -10,7 +10,7 @@ idf = ln(1 + (N - df + 0.5) / (df + 0.5)), a query token counted each time it oc
 analyzer (text.terms.bm25_tokens); dense similarity is cosine, searched exhaustively as Lite does. Statistics
 (N, df, average length) are the group's rather than the whole collection's, so scores differ from Lite's by
 a factor per term; tests/test_local_index.py measures how often the top hits differ.
-Filters are the store's own Filter objects, evaluated by storage.predicate, so both paths select the same rows.
+Filters are the store's own Filter objects, evaluated by lite/predicate.py, so both paths select the same rows.
 """
 
 from __future__ import annotations
