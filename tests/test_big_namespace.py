@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import acn.app.warmer
-import acn.storage.database.lite.read_cache
+import acn.storage.database.lite.index_loads
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Namespace
 from acn.server import create_app
@@ -45,7 +45,7 @@ ROWS = 150
 
 @pytest.fixture(autouse=True)
 def small_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(acn.storage.database.lite.read_cache, "LISTED_LOAD_ROWS", BOUND)
+    monkeypatch.setattr(acn.storage.database.lite.index_loads, "LISTED_LOAD_ROWS", BOUND)
 
 
 def body(**extra: object) -> dict[str, object]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-import acn.storage.repositories.memories
+import acn.storage.repositories.clock
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.memory.items import MemoryItem
@@ -193,15 +193,15 @@ def test_the_read_cache_keeps_to_its_byte_budget(tmp_path: Path) -> None:
 def test_per_session_clocks_and_per_agent_locks_do_not_pile_up(fresh_app: Flask,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     memories: MemoryRepository = fresh_app.extensions["acn"].memories
-    monkeypatch.setattr(acn.storage.repositories.memories, "CLOCK_SESSIONS", 50)
+    monkeypatch.setattr(acn.storage.repositories.clock, "CLOCK_SESSIONS", 50)
     for i in range(200):
         namespace = Namespace(agent_id=f"agent-{i}", session_id=f"s-{i}")
         memories.now_ms(DEFAULT_TENANT, namespace)
         with memories.namespace_lock(DEFAULT_TENANT, namespace):
             pass
     gc.collect()
-    assert len(memories._last_ms) <= 50
-    assert len(memories._namespace_locks) == 0
+    assert len(memories._clock._last_ms) <= 50
+    assert len(memories._locks._locks) == 0
 
 
 def test_a_session_clock_continues_past_rows_stamped_ahead_of_the_wall_clock(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from flask import Flask
 
 import acn.app.runtime
+import acn.storage.database.lite.index_loads
 import acn.storage.database.lite.read_cache
 from acn.app.runtime import Runtime
 from acn.common.auth import DEFAULT_TENANT
@@ -104,8 +105,10 @@ def memories_where() -> Any:
 @pytest.mark.parametrize(("window", "loaded"), [(320, False), (4096, True)])
 def test_a_session_too_large_for_one_query_is_told_by_a_sample_not_by_reading_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, loaded: bool) -> None:
-    monkeypatch.setattr(acn.storage.database.lite.read_cache, "LOAD_PAGE", 40)
-    monkeypatch.setattr(acn.storage.database.lite.read_cache, "QUERY_WINDOW", window)  # 800 rows: over it, then well within it
+    monkeypatch.setattr(acn.storage.database.lite.index_loads, "LOAD_PAGE", 40)
+    # 800 rows: over it, then well within it
+    monkeypatch.setattr(acn.storage.database.lite.index_loads, "QUERY_WINDOW", window)
+    monkeypatch.setattr(acn.storage.database.lite.read_cache, "QUERY_WINDOW", window)
     store = CountedReads(str(tmp_path / "large.db")).open()
     # Rows not listed by id (member pages, acn/storage/repositories/memory_heads.py): the index loads by a filtered query.
     repository = MemoryRepository(store, prefix="large", embedder=None, member_pages=False, warm_in_background=False)
