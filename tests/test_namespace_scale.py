@@ -235,7 +235,7 @@ def test_a_dedup_pool_kept_against_a_server_sees_what_other_processes_wrote_and_
         item = MemoryItem(kind="fact", content="仓库地址在张江路100号")
         other = MemoryItem(kind="fact", content="发票抬头是星辰科技有限公司")
         mine = write_items(first, DEFAULT_TENANT, namespace, [item], 0.9)[0]
-        assert len(first._shared_kept) == 1  # kept for the next batch
+        assert len(first.kept._shared) == 1  # kept for the next batch
         theirs = write_items(second, DEFAULT_TENANT, namespace, [other], 0.9)[0]
         again = write_items(first, DEFAULT_TENANT, namespace, [other, item], 0.9)
         assert [(r.action, r.id) for r in again] == [("duplicate", theirs.id), ("duplicate", mine.id)]
