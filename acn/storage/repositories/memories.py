@@ -46,6 +46,7 @@ from acn.storage.database import (
     pending_vector,
     sealing_problem,
     session_filter,
+    stored_id,
     stored_ids,
     tenant_filter,
     to_record,
@@ -82,7 +83,7 @@ class MemoryRepository:
         self.created = False  # open(): this start created the collection (see acn/storage/repositories/row_moves.py)
         self.on_pending: Callable[[str, list[tuple[str, str]]], None] | None = None
         self.write_order = threading.RLock()
-        self._prefix = prefix
+        self.prefix = prefix  # the collections' name prefix (row_moves.py names the other memories collections)
         # With a sealer (ACN_ENCRYPTION_KEY) rows are encrypted at rest: the store wrapper seals and opens them,
         # so everything here, the in-process index included, works on plain rows.
         self.sealer = sealer
@@ -122,10 +123,6 @@ class MemoryRepository:
         """Return the store under the encryption wrapper (rows as stored)."""
         return self._raw_store
 
-    @property
-    def prefix(self) -> str:
-        return self._prefix
-
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).
         return self.store.query(self.spec.name, where, fields=fields, limit=limit)
@@ -150,7 +147,7 @@ class MemoryRepository:
             log.warning("collection %s has no %s field: rows are embedded as they are written",
                         self.spec.name, EMBEDDED_FIELD)
             self.flagged = self.embed_later = False
-            self.spec = memory_spec(self._prefix, self.spec.dense_dim, sealed=self.sealer is not None, flagged=False)
+            self.spec = memory_spec(self.prefix, self.spec.dense_dim, sealed=self.sealer is not None, flagged=False)
         if self.flagged and self.cache is not None:
             self.cache.extra_fields = [EMBEDDED_FIELD]
         problem = sealing_problem(self._raw_store, self.spec, self._twin, self.sealer)
@@ -249,9 +246,17 @@ class MemoryRepository:
     def delete_ids(self, tenant: str, ids: list[str]) -> None:
         """Delete memories by id within a tenant."""
         if ids:
+            # An id this tenant's tag scopes names the tenant's row alone: deleted by primary key (`id in` with any
+            # other clause makes Milvus Lite scan the whole collection). An id taken as given (a legacy or an
+            # over-long one, or one naming a scope itself) keeps the tenant clause.
+            given = stored_ids(tenant, [i for i in ids if stored_id(tenant, i) == i])
+            scoped = stored_ids(tenant, [i for i in ids if stored_id(tenant, i) != i])
             try:
-                self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}",
-                                                         {"t": tenant, "ids": stored_ids(tenant, ids)}))
+                if scoped:
+                    self.store.delete(self.spec.name, Filter("id in {ids}", {"ids": scoped}))
+                if given:
+                    self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}",
+                                                             {"t": tenant, "ids": given}))
             finally:
                 self._forget_all()
 
