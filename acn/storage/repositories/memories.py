@@ -114,6 +114,8 @@ class MemoryRepository:
         if self.cache is not None:
             self.cache.known_empty = partial(group_known_empty, self.heads)
             self.cache.member_ids = partial(group_member_ids, self.heads)
+        # The faces beside this one: the Lite session indexes reads are answered from (None against a server), what
+        # the pipelines keep between calls (Kept, so that they never hold the read cache), the named reads.
         self.held = HeldIndexes(self.cache) if self.cache is not None else None
         self.kept = Kept(self.cache)
         self.queries = MemoryQueries(self)
