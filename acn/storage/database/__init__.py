@@ -10,12 +10,11 @@ Its door is this module: the other rooms and the app's wiring import the names b
 """
 
 from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, Record
-from acn.storage.database.crypto import EncryptionKeyError, SnapshotCipher
+from acn.storage.database.crypto import SnapshotCipher
 from acn.storage.database.kept import SHARED_KEPT, Kept
 from acn.storage.database.lite.held import HeldIndexes, held_page, held_rows, held_search
 from acn.storage.database.lite.index_loads import GroupKey, Stamp
 from acn.storage.database.lite.index_rows import DISTINCT_FETCH
-from acn.storage.database.lite.local_index import LocalIndex
 from acn.storage.database.lite.read_cache import ReadCache
 from acn.storage.database.lite.read_priority import READS
 from acn.storage.database.lite.sizes import CACHED_BYTES, CACHED_INDEX_ROWS, CACHED_INDEXES, CACHED_POOLS
@@ -30,7 +29,6 @@ from acn.storage.database.memory_rows import (
     Scored,
     client_id,
     every_row,
-    for_user_rows,
     from_record,
     group_filter,
     group_turns_user,
@@ -60,13 +58,12 @@ from acn.storage.database.store_facts import check_encryption, read_fact, store_
 
 __all__ = [
     "CACHED_BYTES", "CACHED_INDEXES", "CACHED_INDEX_ROWS", "CACHED_POOLS", "CollectionSpec", "DISTINCT_FETCH",
-    "EMBEDDED", "EMBEDDED_FIELD", "EncryptionKeyError", "Filter", "GroupKey", "HeldIndexes", "Hit", "Kept",
-    "LocalIndex", "MemoryStore", "MilvusStore", "NO_TURN", "OUTPUT_FIELDS", "QUERY_WINDOW", "READS", "ReadCache",
-    "Record", "RefusedStore", "RowSealer", "SCOPED_ID_CHARS", "SHARED_KEPT", "Scored", "SealedStore",
-    "SnapshotCipher", "Stamp", "check_encryption", "client_id", "every_row", "for_user_rows", "from_record",
-    "group_filter", "group_turns_user", "group_user", "held_page", "held_rows", "held_search", "kinds_filter",
-    "live_filter", "memory_spec", "namespace_filter", "new_memory_id", "one_per_text", "open_store",
-    "pending_vector", "read_fact", "scope_filter", "sealing_problem", "session_filter", "share_segmentation",
-    "store_secret", "stored_id", "stored_ids", "tenant_filter", "to_record", "user_filter", "user_group",
-    "user_turns_group", "warm_insert_checks", "with_client_id", "write_fact",
+    "EMBEDDED", "EMBEDDED_FIELD", "Filter", "GroupKey", "HeldIndexes", "Hit", "Kept", "MemoryStore", "MilvusStore",
+    "NO_TURN", "OUTPUT_FIELDS", "QUERY_WINDOW", "READS", "ReadCache", "Record", "RefusedStore", "RowSealer",
+    "SCOPED_ID_CHARS", "SHARED_KEPT", "Scored", "SealedStore", "SnapshotCipher", "Stamp", "check_encryption",
+    "client_id", "every_row", "from_record", "group_filter", "group_turns_user", "group_user", "held_page",
+    "held_rows", "held_search", "kinds_filter", "live_filter", "memory_spec", "namespace_filter", "new_memory_id",
+    "one_per_text", "open_store", "pending_vector", "read_fact", "scope_filter", "sealing_problem",
+    "session_filter", "share_segmentation", "store_secret", "stored_id", "stored_ids", "tenant_filter", "to_record",
+    "user_filter", "user_group", "user_turns_group", "warm_insert_checks", "with_client_id", "write_fact",
 ]
