@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     {"nodes"},
     {"assembly"},
     {"retrieval"},
+    {"recording"},
     {"compaction"},
     {"memory"},
     {"editing"},
@@ -135,10 +136,10 @@ def test_checker_sees_every_kind_of_import() -> None:
         "import acn.common.errors\n"
         "if TYPE_CHECKING:\n    from acn.storage.memories import MemoryRepository\n"
         "def later():\n    from acn.nodes import spec\n"
-        "from .memory_lines import render_memories\n"
+        "from .lines import render_memories\n"
     )
-    names = imported_names(source, "acn.retrieval")
-    expected = {"acn.common.errors", "acn.storage.memories", "acn.nodes.spec", "acn.retrieval.memory_lines"}
+    names = imported_names(source, "acn.memory")
+    expected = {"acn.common.errors", "acn.storage.memories", "acn.nodes.spec", "acn.memory.lines"}
     assert expected | {"acn.nodes"} <= names
     assert {resolve(n) for n in names} >= expected
 

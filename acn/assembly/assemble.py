@@ -33,7 +33,7 @@ from acn.common.models import (
     MemoryKind,
     Message,
 )
-from acn.retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
+from acn.retrieval.hybrid_rank import MemoryRetrieveRequest, rank, retrieval_query
 from acn.services.deps import Deps
 from acn.text.lang import detect_language
 from acn.text.numbers import value_present
