@@ -227,3 +227,11 @@ def test_the_one_home_rule_sees_a_stray(tmp_path: Path) -> None:
             "defines Turn", "imports SessionState from acn.storage.sessions"]
     finally:
         del modules()["acn.nodes.stray"]
+
+
+def test_the_platform_packages_import_nothing_of_ours() -> None:
+    """integrations/ (the Dify and Coze packages) is a project beside the product: it talks to the server over HTTP."""
+    leaks = {path.relative_to(ROOT).as_posix(): sorted(name for name in imported_names(path.read_text(encoding="utf-8"), "")
+                                                        if name == "acn" or name.startswith("acn."))
+             for path in sorted((ROOT / "integrations").rglob("*.py"))}
+    assert leaks and {path: names for path, names in leaks.items() if names} == {}
