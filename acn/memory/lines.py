@@ -6,12 +6,12 @@ headers; acn/assembly/layers.py makes them into items), Dify's external memory a
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import operator
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from acn.common.models import Memory
+from acn.common.row_memo import remembered
 from acn.text.dates import normalise_date
 
 KIND_LABELS_ZH = {
@@ -21,9 +21,6 @@ KIND_LABELS_ZH = {
 ROLE_LABELS_ZH = {"user": "用户", "assistant": "助手", "tool": "工具"}
 KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
 UNDATED_TAG = {"zh": "[来自记忆]", "en": "[from memory]"}
-CACHED_LINES = 16384
-_LINES: OrderedDict[tuple[object, ...], tuple[str, str]] = OrderedDict()
-_LINES_LOCK = threading.Lock()
 
 
 def source_tag(memory: Memory, language: str) -> str:
@@ -90,30 +87,20 @@ def memory_line(memory: Memory, language: str) -> tuple[str, str]:
     """Return a memory's line and its group header ("" when the line carries its own tag).
 
     Every call renders its whole candidate pool (about 200 memories at 4,000 tokens) and a session's calls share
-    most of it, so lines are kept, keyed by exactly what they are made of (source_tag and speaker_label read no
-    other field).
+    most of it, so a line is kept with the memory object it was made of (acn/common/row_memo.py), with exactly
+    what it was made of (source_tag and speaker_label read no other field): another session's rows never push it
+    out, and a changed field makes it again.
     """
     meta = memory.meta
-    key = (memory.kind, memory.content, tuple(memory.turn_range or ()), bool(memory.valid_to), language,
-           memory.scope, memory.created_at // 86_400_000 if memory.scope == "user" else 0,
-           *(_plain(meta.get(field)) for field in ("time", "date", "name", "role")))
-    with _LINES_LOCK:
-        known = _LINES.get(key)
-        if known is not None:
-            _LINES.move_to_end(key)
-            return known
+    key = (memory.kind, memory.content, memory.turn_range, bool(memory.valid_to), memory.scope, memory.created_at,
+           meta.get("time"), meta.get("date"), meta.get("name"), meta.get("role"))
+    return remembered(memory, f"line:{language}", key, operator.eq, lambda: _render_line(memory, language))
+
+
+def _render_line(memory: Memory, language: str) -> tuple[str, str]:
     header = dated_header(memory, language)
     line = f"{speaker_label(memory, language)}: {memory.content}" if header else render_memories([memory], language)
-    with _LINES_LOCK:
-        _LINES[key] = (line, header)
-        if len(_LINES) > CACHED_LINES:
-            _LINES.popitem(last=False)
     return line, header
-
-
-def _plain(value: object) -> object:
-    """Return a meta value as a hashable key part (JSON objects and lists by their repr)."""
-    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
 
 
 def dated_header(memory: Memory, language: str) -> str:
