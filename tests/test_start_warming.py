@@ -20,7 +20,7 @@ from acn.common.models import Memory, Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.warmer import Warmer
 from acn.memory.write import write_items
-from acn.retrieval.ranker import _parsed_model
+from acn.retrieval.learned_ranker import _parsed_model
 from acn.server import create_app
 from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import new_memory_id
