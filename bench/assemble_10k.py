@@ -45,7 +45,7 @@ from flask.testing import FlaskClient
 from acn.assembly import hops
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.settings import Settings
-from acn.retrieval import rank
+from acn.retrieval import hybrid_rank as rank
 from acn.server import create_app
 from bench.perf import SEED_KINDS, memory_text, seed_memory
 
@@ -70,10 +70,10 @@ WHERE = (
     ("acn.storage.database.lite.local_index", "LocalIndex.search_dense"),
     ("acn.storage.database.lite.local_index", "LocalIndex.search_text"),
     ("acn.storage.database.lite.local_index", "LocalIndex._memories"),
-    ("acn.retrieval.rank", "score_all"),
+    ("acn.retrieval.hybrid_rank", "score_all"),
     ("acn.assembly.recall", "with_neighbours"),
     ("acn.assembly.recall", "readable"),
-    ("acn.retrieval.ranker", "reordered"),
+    ("acn.retrieval.learned_ranker", "reordered"),
     ("acn.assembly.assemble", "fit_layers"),
     ("acn.assembly.assemble", "build_response"),
 )

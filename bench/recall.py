@@ -259,7 +259,7 @@ def evaluate(job: Job) -> tuple[list[Record], float, float]:
 
     hops.FOCUS, hops.SECOND_HOP = "focus" not in job.ablate, "hop" not in job.ablate  # per process (spawned)
     hops.DIALOGUE = "dialogue" not in job.ablate
-    from acn.retrieval import ranker
+    from acn.retrieval import learned_ranker as ranker
 
     ranker.LEARNED = "ranker" not in job.ablate  # without it: the hand-tuned order (ACN_RANKER=off)
     from acn.text import events
@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--ablate", default="", help="ours without these steps: focus, hop, dialogue "
                                                       "(acn/assembly/hops.py), ranker (the learned order, "
-                                                      "acn/retrieval/ranker.py), question-facts (questions "
+                                                      "acn/retrieval/learned_ranker.py), question-facts (questions "
                                                       "with a key number extracted as facts); or with "
                                                       "+assistant-facts (the answers' numbers kept as facts)")
     parser.add_argument("--budgets", default="1000,2000,4000")

@@ -1,4 +1,4 @@
-"""Train the learned ranker of focused recall (acn/retrieval/ranker.py) on the dev halves of bench.recall.
+"""Train the learned ranker of focused recall (acn/retrieval/learned_ranker.py) on the dev halves of bench.recall.
 
 Run: .venv/bin/python -m bench.train_ranker [--check] [--workers 2] [--vector-cache /tmp/vectors.sqlite]
                                             [--data-cache /tmp/ranker-data.json.gz] [--suites ...] [--budgets ...]
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from acn.common.models import Memory
-from acn.retrieval import ranker
-from acn.retrieval.rank import Ranked
+from acn.retrieval import learned_ranker as ranker
+from acn.retrieval.hybrid_rank import Ranked
 from acn.text.tokens import load_tokenizer
 from bench.progress import progress
 from bench.recall import SUITES, Case, Ours, build_cases, data_folder

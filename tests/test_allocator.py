@@ -87,11 +87,11 @@ def test_the_flusher_trims_after_a_background_flush_and_not_when_told_not_to(tmp
             store.ensure(SPEC)
             store.insert(SPEC.name, [{"id": f"r{i}", "kind": "fact", "content": f"row {i}"} for i in range(50)])
             deadline = time.monotonic() + 10.0
-            while (store.unflushed or (expected and not calls)) and time.monotonic() < deadline:
+            while (store.flushes.unflushed or (expected and not calls)) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert store.unflushed == 0  # flushed in the pause after the write
+            assert store.flushes.unflushed == 0  # flushed in the pause after the write
             time.sleep(0.3)  # a trim comes right after its flush, on the flusher thread
-            assert bool(calls) is expected and store.trims == len(calls)
+            assert bool(calls) is expected and store.flushes.trims == len(calls)
             if expected:
                 # And again while Lite compacts on its own worker after the flush, with no write since.
                 deadline = time.monotonic() + 10.0

@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     {"nodes"},
     {"assembly"},
     {"retrieval"},
+    {"recording"},
     {"compaction"},
     {"memory"},
     {"editing"},
@@ -135,10 +136,10 @@ def test_checker_sees_every_kind_of_import() -> None:
         "import acn.common.errors\n"
         "if TYPE_CHECKING:\n    from acn.storage.repositories.memories import MemoryRepository\n"
         "def later():\n    from acn.nodes import spec\n"
-        "from .memory_lines import render_memories\n"
+        "from .lines import render_memories\n"
     )
-    names = imported_names(source, "acn.retrieval")
-    expected = {"acn.common.errors", "acn.storage.repositories.memories", "acn.nodes.spec", "acn.retrieval.memory_lines"}
+    names = imported_names(source, "acn.memory")
+    expected = {"acn.common.errors", "acn.storage.repositories.memories", "acn.nodes.spec", "acn.memory.lines"}
     assert expected | {"acn.nodes"} <= names
     assert {resolve(n) for n in names} >= expected
 
@@ -228,3 +229,11 @@ def test_the_one_home_rule_sees_a_stray(tmp_path: Path) -> None:
             "defines Turn", "imports SessionState from acn.storage.repositories.sessions"]
     finally:
         del modules()["acn.nodes.stray"]
+
+
+def test_the_platform_packages_import_nothing_of_ours() -> None:
+    """integrations/ (the Dify and Coze packages) is a project beside the product: it talks to the server over HTTP."""
+    leaks = {path.relative_to(ROOT).as_posix(): sorted(name for name in imported_names(path.read_text(encoding="utf-8"), "")
+                                                        if name == "acn" or name.startswith("acn."))
+             for path in sorted((ROOT / "integrations").rglob("*.py"))}
+    assert leaks and {path: names for path, names in leaks.items() if names} == {}

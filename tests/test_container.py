@@ -145,6 +145,6 @@ def test_one_name_reaches_the_server_from_dify_end_to_end() -> None:
         text = dsl.read_text(encoding="utf-8")
         if "ACN_BASE_URL" in text:
             assert f"value: http://{name}:8000" in text, dsl.name
-    provider = (ROOT / "acn" / "integrations" / "dify_plugin" / "provider" / "agent_context_nodes.yaml").read_text(
+    provider = (ROOT / "integrations" / "dify_plugin" / "provider" / "agent_context_nodes.yaml").read_text(
         encoding="utf-8")
     assert f"http://{name}:8000" in provider

@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 from acn.assembly.hops import DIALOGUE_WEIGHT, gathered
 from acn.common.models import Memory
 from acn.retrieval.dialogue import MAX_UTTERANCES, latest_utterances, lines_of, speaker_and_text, spoken_text
-from acn.retrieval.rank import Ranked
+from acn.retrieval.hybrid_rank import Ranked
 from acn.server import create_app
 from tests.conftest import focused_memory_text, make_settings, post
 

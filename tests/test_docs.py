@@ -10,7 +10,8 @@ from pydantic import Field
 
 from acn.app.openapi import ROOT
 from acn.app.settings_doc import configuration_markdown
-from acn.common.settings import Settings
+from acn.common.settings import SECTIONS, Settings
+from acn.common.settings_sections.store import StoreSettings
 from acn.nodes import all_nodes
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -32,12 +33,23 @@ def test_the_configuration_doc_is_generated_from_settings() -> None:
 
 
 def test_a_setting_added_without_regenerating_makes_the_configuration_doc_stale() -> None:
-    class WithOneMore(Settings):
+    class WithOneMore(StoreSettings):
         brand_new_knob: int = Field(default=3, ge=1, description="A setting the committed doc has never seen.")
 
-    text = configuration_markdown(WithOneMore)
+    text = configuration_markdown((("Store", WithOneMore), *SECTIONS[1:]))
     assert "| `ACN_BRAND_NEW_KNOB` | `3` | integer, ≥ 1 | A setting the committed doc has never seen. |" in text
     assert text != CONFIGURATION.read_text(encoding="utf-8")
+
+
+def test_settings_are_its_sections_and_the_doc_lists_them_by_section() -> None:
+    """Issue 51: every field sits in exactly one section, and the doc shows it under that section's heading."""
+    by_section = [name for _, section in SECTIONS for name in section.model_fields]
+    assert by_section == list(Settings.model_fields)
+    assert [title for title, _ in SECTIONS] == ["Store", "Retrieval", "Compaction", "Providers", "Serving", "Security"]
+    text = CONFIGURATION.read_text(encoding="utf-8")
+    for title, section in SECTIONS:
+        part = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+        assert [f"ACN_{name.upper()}" for name in section.model_fields] == re.findall(r"^\| `(ACN_\w+)` \|", part, re.M)
 
 
 def test_every_node_is_documented() -> None:

@@ -371,18 +371,18 @@ def test_vector_writes_do_not_make_the_store_flush_but_requests_writes_do(tmp_pa
         backlog = EmbeddingBacklog(repository)
         repository.save("t", [memory(i, text) for i, text in enumerate(TEXTS)])
         deadline = time.monotonic() + 5.0
-        while store.unflushed and time.monotonic() < deadline:
+        while store.flushes.unflushed and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert store.unflushed == 0  # the request's rows: flushed in the pause after them
+        assert store.flushes.unflushed == 0  # the request's rows: flushed in the pause after them
         assert backlog.drain(timeout=30) and backlog.filled == len(TEXTS)
-        assert store.unflushed == len(TEXTS)
+        assert store.flushes.unflushed == len(TEXTS)
         time.sleep(1.0)  # five times the pause after which a request's writes are flushed
-        assert store.unflushed == len(TEXTS)
+        assert store.flushes.unflushed == len(TEXTS)
         repository.save("t", [memory(9, "a request's row")])
         deadline = time.monotonic() + 5.0
-        while store.unflushed and time.monotonic() < deadline:
+        while store.flushes.unflushed and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert store.unflushed == 0  # the vectors went with the next requests' flush
+        assert store.flushes.unflushed == 0  # the vectors went with the next requests' flush
     finally:
         store.close()
 

@@ -178,8 +178,7 @@ def _pack_errors() -> list[type]:
     from acn.common.errors import PackError
 
     for module in pkgutil.walk_packages(acn.__path__, "acn."):
-        if ".integrations.dify_plugin" not in module.name and ".integrations.coze" not in module.name:
-            importlib.import_module(module.name)
+        importlib.import_module(module.name)
     found, todo = [], [PackError]
     while todo:
         cls = todo.pop()

@@ -9,7 +9,7 @@ from flask.testing import FlaskClient
 from acn.assembly.recall import DAY_WEIGHT, NEIGHBOUR_DECAY, NEIGHBOUR_SUM, day_weighted, with_neighbours
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
-from acn.retrieval.rank import Ranked
+from acn.retrieval.hybrid_rank import Ranked
 from tests.conftest import post
 
 

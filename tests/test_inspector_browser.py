@@ -2,8 +2,8 @@
 
 The server runs with an API key (the page sits behind the same check as the API), and a 60-turn conversation
 is recorded through record_turn with a small window, so that compaction and segment merges happen.
-Screenshots go to the test's tmp dir; with ACN_SAVE_SCREENSHOTS=1 they are also copied to
-bench/results/inspector-*.png (the committed ones), so an ordinary run leaves the work tree clean.
+Screenshots go to the test's tmp dir; with ACN_SAVE_SCREENSHOTS=1 they are also copied to docs/images/inspector-*.png
+(the committed ones, shown in docs/inspector.md), so an ordinary run leaves the work tree clean.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ NS = {"agent_id": "cs-bot", "session_id": "conv-60"}
 SHORT = {"agent_id": "cs-bot", "session_id": "conv-short"}
 OTHER = {"agent_id": "billing-bot", "session_id": "b-7"}
 SYSTEM = "你是XX电商平台的客服助手。"
-RESULTS = ROOT / "bench" / "results"
+SCREENSHOTS = ROOT / "docs" / "images"
 LAPTOP: ViewportSize = {"width": 1366, "height": 768}
 LAYERS = ["system", "memory", "working", "history", "user_input"]
 
@@ -123,13 +123,13 @@ def open_page(browser: Browser, server: Server) -> Iterator[Callable[..., Page]]
 
 
 def screenshot(page: Page, tmp_path: Path, name: str) -> Path:
-    """Save a laptop-sized screenshot in the test's tmp dir (and in bench/results/ when asked to)."""
+    """Save a laptop-sized screenshot in the test's tmp dir (and in docs/images/ when asked to)."""
     path = tmp_path / f"inspector-{name}.png"
     page.screenshot(path=str(path))
     assert path.stat().st_size > 10_000  # a real rendering, not an empty page
     if os.environ.get("ACN_SAVE_SCREENSHOTS") == "1":
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, RESULTS / path.name)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, SCREENSHOTS / path.name)
     return path
 
 

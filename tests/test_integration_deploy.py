@@ -52,7 +52,9 @@ def test_gunicorn_threads_serve_concurrent_sessions_on_a_milvus_server(lite_serv
     agent = f"deploy-{uuid.uuid4().hex[:6]}"
     process = start_gunicorn(lite_server, port)
     try:
-        bare = requests.get(f"{base}/healthz", timeout=10).json()
+        # The master listens before its worker has booted (the runtime opens in the worker): the first answer waits
+        # for that boot, 12 s on this 2-core machine at load 10, so it gets the nodes' 60 s, not 10.
+        bare = requests.get(f"{base}/healthz", timeout=60).json()
         assert bare["ok"] and "store" not in bare and "auth" not in bare  # no key: liveness only
         health = requests.get(f"{base}/healthz", timeout=10, headers={"Authorization": f"Bearer {KEY}"}).json()
         assert health["ok"] and health["auth"] is True

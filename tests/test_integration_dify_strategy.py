@@ -33,7 +33,7 @@ from acn.integrations.generate import (
     STRATEGY_PLUGIN,
     TOOL_NODES,
 )
-from acn.integrations.package_dify import build
+from acn.integrations.package_dify import build, package_files
 from acn.text.tokens import load_tokenizer
 from tests.integration_support import LiveServer, run_py312
 from tests.stand_in_http import serve_loopback
@@ -384,7 +384,9 @@ def test_the_strategy_declaration_follows_the_daemon_rules() -> None:
     assert re.fullmatch(r"[a-z0-9_-]{1,128}", manifest["name"]) and manifest["type"] == "plugin"
     assert manifest["meta"]["runner"] == {"language": "python", "version": "3.12", "entrypoint": "main"}
     assert set(manifest["plugins"]) == {"agent_strategies"}
-    assert (STRATEGY_DIR / manifest["privacy"]).is_file() and (STRATEGY_DIR / "_assets" / manifest["icon"]).is_file()
+    # The privacy note and icon come from the tool plugin's folder (their one source) when the package is built.
+    packaged = package_files(STRATEGY_DIR)
+    assert packaged[manifest["privacy"]].is_file() and packaged[f"_assets/{manifest['icon']}"].is_file()
     provider = load(STRATEGY_DIR / manifest["plugins"]["agent_strategies"][0])
     assert provider["identity"]["author"] == AUTHOR and (STRATEGY_DIR / provider["extra"]["python"]["source"]).is_file()
     for path in provider["strategies"]:

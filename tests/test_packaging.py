@@ -29,4 +29,4 @@ def test_the_wheel_installs_acn_and_nothing_beside_it(tmp_path: Path) -> None:
     assert "acn/inspector/static/inspector.css" in names or any(n.startswith("acn/inspector/static/") for n in names)
     assert "acn/nodes/assemble.py" in names and "acn/server.py" in names
     assert "acn/retrieval/ranker_model.json" in names  # the learned ranker's trees (ACN_RANKER=learned)
-    assert not any(n.startswith("acn/integrations/dify_plugin/") for n in names)
+    assert not any(n.startswith(("acn/integrations/dify_plugin/", "integrations/")) for n in names)

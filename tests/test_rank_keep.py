@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from acn.common.models import Memory
-from acn.retrieval.rank import SCORE_STEP, kept_rows, score_all
+from acn.retrieval.hybrid_rank import SCORE_STEP, kept_rows, score_all
 from acn.storage.database.memory_rows import Scored
 
 

@@ -1,4 +1,4 @@
-"""The learned ranker of focused recall (acn/retrieval/ranker.py): its numpy evaluator equals LightGBM, a model
+"""The learned ranker of focused recall (acn/retrieval/learned_ranker.py): its numpy evaluator equals LightGBM, a model
 file it cannot trust leaves the hand-tuned order, the shipped model reorders a real recall, and the training
 command is deterministic."""
 
@@ -14,9 +14,9 @@ import pytest
 
 from acn.assembly.recall import focused_memories, message_day
 from acn.common.models import Memory, Namespace
-from acn.retrieval import ranker
-from acn.retrieval.rank import Ranked
-from acn.retrieval.ranker import FEATURES, MODEL_FILE, features, forest, load_model, parse_model, reordered
+from acn.retrieval import learned_ranker as ranker
+from acn.retrieval.hybrid_rank import Ranked
+from acn.retrieval.learned_ranker import FEATURES, MODEL_FILE, features, forest, load_model, parse_model, reordered
 from acn.server import create_app
 from tests.conftest import make_settings, post
 

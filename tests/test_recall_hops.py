@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 
 from acn.assembly.hops import HOP_SEARCH_POOL, HOP_WEIGHT, gathered, hop_query, merged
 from acn.common.models import Memory
-from acn.retrieval.rank import Ranked
+from acn.retrieval.hybrid_rank import Ranked
 from acn.server import create_app
 from tests.conftest import focused_memory_text, make_settings, post
 

@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 
 from acn.assembly.recall import focused_memories, relative_floor
 from acn.common.models import Memory, Namespace
-from acn.retrieval.rank import score_all
+from acn.retrieval.hybrid_rank import score_all
 from acn.server import create_app
 from acn.storage.database.memory_rows import Scored
 from bench import locomo, zh_daily

@@ -7,10 +7,10 @@ from pathlib import Path
 from flask.testing import FlaskClient
 
 from acn.assembly.fit import Item, fit_text_items, layer_lines
-from acn.assembly.layers import dated_header, memory_items, memory_line
+from acn.assembly.layers import memory_items
 from acn.assembly.recall import FLOOR_BUDGET, RELATIVE_FLOOR, relative_floor
 from acn.common.models import Memory
-from acn.retrieval.memory_lines import render_memories, speaker_label
+from acn.memory.lines import dated_header, memory_line, render_memories, speaker_label
 from acn.text.tokens import load_tokenizer
 from bench import locomo, locomo_ceiling
 from tests.conftest import post

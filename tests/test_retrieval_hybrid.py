@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from acn.assembly.recall import NEIGHBOUR_SPAN
 from acn.common.models import Memory
 from acn.providers.embedders import UniversalSentenceEncoder, load_embedder
-from acn.retrieval.rank import coverage_all
+from acn.retrieval.hybrid_rank import coverage_all
 from acn.server import create_app
 from acn.text.dates import normalise_date
 from acn.text.query import resolve_back_reference, speaker_names
@@ -260,7 +260,7 @@ def test_messages_that_state_their_date_share_one_header(client: FlaskClient, ns
 
 
 def test_the_bm25_query_drops_punctuation_but_keeps_decimals() -> None:
-    from acn.retrieval.rank import lexical_query
+    from acn.retrieval.hybrid_rank import lexical_query
 
     assert lexical_query("Bart：我有点紧张呢，你有什么建议？").split() == ["Bart", "我有点紧张呢", "你有什么建议"]
     assert lexical_query("It's 3.5 km, v1.2.").split() == ["It", "s", "3.5", "km", "v1.2"]

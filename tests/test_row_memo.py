@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import gc
 
-from acn.assembly.layers import memory_line
 from acn.common.models import Memory
 from acn.common.row_memo import held
 from acn.common.stored import memory_problem
-from acn.retrieval.rank import memory_terms
+from acn.memory.lines import memory_line
+from acn.retrieval.hybrid_rank import memory_terms
 from acn.text.terms import content_term_set
 
 

@@ -20,7 +20,7 @@ from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.write import write_items
-from acn.retrieval.ranker import _parsed_model
+from acn.retrieval.learned_ranker import _parsed_model
 from acn.server import create_app
 from acn.storage.database.memory_rows import new_memory_id
 from acn.storage.database.milvus import MilvusStore

@@ -143,11 +143,11 @@ def test_lite_flushes_once_writes_pause_and_a_server_waits_for_its_timer(tmp_pat
         store = MilvusStore(uri, flush_every=1000, flush_interval=60.0).open()
         try:
             memories_of(ns, ["第一条", "第二条"], repo_for(store))
-            assert store.unflushed >= 1  # nothing flushed inline below flush_every
+            assert store.flushes.unflushed >= 1  # nothing flushed inline below flush_every
             deadline = time.monotonic() + 3.0
-            while store.unflushed and time.monotonic() < deadline:
+            while store.flushes.unflushed and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert (store.unflushed == 0) is flushed
+            assert (store.flushes.unflushed == 0) is flushed
         finally:
             store.close()
 

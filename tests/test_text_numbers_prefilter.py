@@ -1,6 +1,6 @@
 """Key-number candidates skip the patterns whose required characters a text lacks, with identical results.
 
-`_candidates` used to run every pattern of `_PATTERNS` over every text (39 finditer passes); a compaction turn spent
+`_candidates` used to run every pattern of `PATTERNS` over every text (39 finditer passes); a compaction turn spent
 about half its CPU there, mostly on sentences with no digit at all. The reference below is that loop, verbatim: the
 guarded one must return the same list, in the same order, over real corpora (the seed suite, the PII corpus, the
 zh-daily suite, LoCoMo when ../shared/data has it, the number tests' sentences; each message alone and in windows
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from acn.text import numbers
-from acn.text.numbers import _FOLD, _PATTERNS, _candidates, _clean_edges, _trim, extract_key_numbers, key_values
+from acn.text import number_patterns, numbers
+from acn.text.number_patterns import FOLD, PATTERNS
+from acn.text.numbers import _candidates, _clean_edges, _trim, extract_key_numbers, key_values
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"
 
@@ -27,7 +28,7 @@ LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "l
 def _candidates_reference(folded: str) -> list[tuple[int, int, int, str]]:
     """The unguarded loop (main before the pre-filter): every pattern over the whole text."""
     found = []
-    for priority, (kind, pattern) in enumerate(_PATTERNS):
+    for priority, (kind, pattern) in enumerate(PATTERNS):
         for match in pattern.finditer(folded):
             start, end = match.span("v") if "v" in pattern.groupindex else match.span()
             start, end = _trim(folded, start, end)
@@ -153,36 +154,36 @@ def test_guarded_candidates_equal_the_unguarded_loop_on_the_corpora() -> None:
     texts = corpus()
     assert len(texts) > 2_000  # the corpora were all read
     for text in texts:
-        folded = text.translate(_FOLD)
+        folded = text.translate(FOLD)
         assert _candidates(folded) == _candidates_reference(folded), text
 
 
 def test_guarded_candidates_equal_the_unguarded_loop_on_random_strings() -> None:
     for text in fuzz(21, 30_000):
-        folded = text.translate(_FOLD)
+        folded = text.translate(FOLD)
         assert _candidates(folded) == _candidates_reference(folded), text
 
 
 def test_every_pattern_is_reached_by_the_fuzz() -> None:
     # A guard that never lets its pattern run would pass the equality tests only if the pattern never matched.
-    matched = {priority for text in fuzz(21, 30_000) for _, _, priority, _ in _candidates(text.translate(_FOLD))}
-    assert matched == set(range(len(_PATTERNS)))
+    matched = {priority for text in fuzz(21, 30_000) for _, _, priority, _ in _candidates(text.translate(FOLD))}
+    assert matched == set(range(len(PATTERNS)))
 
 
 def test_every_pattern_has_a_guard() -> None:
-    assert len(numbers._NEEDS) == len(_PATTERNS)
+    assert len(number_patterns.NEEDS) == len(PATTERNS)
 
 
 @pytest.mark.parametrize("text", ["我要在2026年6月30日之前把12万转到对公账户62938471", "ops@example.com 下午三点 百分之十五"])
 def test_key_numbers_unchanged(text: str) -> None:
     assert [n.value for n in extract_key_numbers(text)] == [
-        text[s:e] for s, e, _ in numbers._select_spans(_candidates_reference(text.translate(_FOLD)))]
+        text[s:e] for s, e, _ in numbers._select_spans(_candidates_reference(text.translate(FOLD)))]
 
 
 def test_linear_finders_are_their_patterns_cut_where_the_run_ends() -> None:
     # The finder must stay the pattern it replaces: head + tail spell the pattern (a wrapping group aside).
-    for priority, finder in numbers._LINEAR.items():
-        source = _PATTERNS[priority][1].pattern
+    for priority, finder in number_patterns.LINEAR.items():
+        source = PATTERNS[priority][1].pattern
         assert source in (finder.head.pattern + finder.tail.pattern, f"(?:{finder.head.pattern})" + finder.tail.pattern,
                           f"(?P<k>{finder.head.pattern})" + finder.tail.pattern), priority
 
@@ -199,13 +200,13 @@ RUN_ALPHABETS = {
 
 @pytest.mark.parametrize("priority", sorted(RUN_ALPHABETS))
 def test_linear_finders_equal_their_patterns(priority: int) -> None:
-    pattern = _PATTERNS[priority][1]
+    pattern = PATTERNS[priority][1]
     rng = random.Random(priority)
-    assert sorted(RUN_ALPHABETS) == sorted(numbers._LINEAR)
+    assert sorted(RUN_ALPHABETS) == sorted(number_patterns.LINEAR)
     for _ in range(20_000):
         text = "".join(rng.choice(RUN_ALPHABETS[priority]) for _ in range(rng.randint(1, 24)))
         expected = [match.span("v") if "v" in pattern.groupindex else match.span() for match in pattern.finditer(text)]
-        assert list(numbers._spans(priority, text)) == expected, text
+        assert list(number_patterns.pattern_spans(priority, text)) == expected, text
 
 
 # Long runs whose tail then fails, each passing its pattern's guard: the patterns retried from every character of
@@ -233,7 +234,7 @@ def test_the_guard_is_linear_on_a_long_input() -> None:
     # The pre-filter reads each text once (a set of its characters): 50,000 characters, no digit, stay fast.
     text = "a" * 25_000 + "月" * 25_000
     started = time.perf_counter()
-    numbers._mask(text)
+    number_patterns.char_mask(text)
     assert time.perf_counter() - started < 1.0
 
 

@@ -127,64 +127,15 @@ class Runtime:
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
         """Open the store, prepare collections and load the tokenizer and providers."""
-        # The first text write or search needs jieba's dictionary (~0.2 s from the model cache, ~0.6 s from
-        # jieba's own): load it while the store opens, so the first request does not wait for it (jieba's own
-        # lock makes an early caller wait).
         cache = cache_dir_setting(settings.cache_dir)
-        TEXT_CACHE.resize(settings.text_cache_mb << 20)
-        parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
-        reranker = Reranker.from_settings(settings)  # likewise a malformed ACN_RERANK_URL
-        import_jieba()  # here, not in the thread: nothing else imports while pkg_resources is blocked
-        jieba_thread = threading.Thread(target=_load_jieba, args=(cache, not settings.is_server_uri),
-                                        name="acn-jieba", daemon=True)
-        jieba_thread.start()
-        warming = [jieba_thread, threading.Thread(target=warm_insert_checks, name="acn-insert-warm", daemon=True)]
-        warming[-1].start()
+        reranker = _check_settings(settings)
+        warming = _start_warm_ups(settings, cache)
         tokenizer = load_tokenizer(settings.tokenizer, cache)
-        store = open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
-                                               db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
-                                               flush_interval=settings.flush_interval_seconds,
-                                               trim_after_flush=settings.trim_after_flush, trim=trim_free_memory,
-                                               flush_every_unsearched=settings.flush_every_unsearched_writes),
-                           settings.store_wait_seconds)
+        store = _open_store(settings)
         try:
-            embedder = embedder_from_settings(settings, cache)
-            if embedder is not None:  # the model's first call (~0.4 s for e5) is paid here, not by a request
-                warming.append(threading.Thread(target=_warm, args=(embedder,), name="acn-embed-warm", daemon=True))
-                warming[-1].start()
-            embed_later = embeds_in_background(settings, embedder)
-            if embed_later and store.is_server and not store.partial_updates:
-                # Filling a vector would rewrite whole rows, which another process may be writing (Milvus < 2.6).
-                # (A Lite file has one writer process: whole rows rewritten under the repository's write order.)
-                log.warning("this Milvus server has no partial updates: rows are embedded as they are written")
-                embed_later = False
-            memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
-                                        index_rows=settings.local_index_rows,
-                                        cache_bytes=settings.read_cache_mb << 20,
-                                        sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None,
-                                        embed_later=embed_later,
-                                        inline_rows=inline_rows(settings, embedder))
-            memories.open()
-            sessions = SessionRepository(store, prefix=settings.collection_prefix,
-                                         keep_versions=settings.session_versions_kept,
-                                         cipher=SnapshotCipher(settings.encryption_key),
-                                         redact=settings.redact_snapshots,
-                                         coordinator=open_coordinator(settings))
-            sessions.open()
-            # A key setting the store was not written with stops the start, with the reason: served, it would
-            # write plaintext into an encrypted store (or text under another key), and /healthz would say ok.
-            if isinstance(memories.store, RefusedStore):
-                raise memories.store.reason
-            marker_cipher = SnapshotCipher(settings.encryption_key, what="store's key marker")
-            check_encryption(store, sessions.spec.name, marker_cipher,
-                             sealed_memories=store.exists(memories.sealed_collection))
-            memories.secret = store_secret(store, sessions.spec.name, marker_cipher)
-            # Memories written under another embedder (the default was `none` before it was `use`): copied into
-            # this collection before the backlog's first scan, which then fills their vectors.
-            carry_over(memories, sessions.spec.name)
-            if read_fact(store, sessions.spec.name, "ids_scoped") is None:  # a store from before ids were scoped
-                scope_legacy_ids(memories)
-                write_fact(store, sessions.spec.name, "ids_scoped", "v1")
+            memories = _open_memories(settings, store, cache, warming)
+            sessions = _open_sessions(settings, store)
+            _check_and_upgrade_store(settings, store, memories, sessions)
             backlog = EmbeddingBacklog(memories, batch=settings.embedding_batch).start() \
                 if memories.embed_later else None
             # The store's first search (Lite builds its search structures then) is not waited for: it grows with
@@ -200,12 +151,7 @@ class Runtime:
                       chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent),
                       compaction_slots=WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds),
                       backlog=backlog, reranker=reranker)
-        budget = min(settings.warm_mb, settings.read_cache_mb if memories.cache is not None else settings.warm_mb)
-        runtime.warmer = Warmer(memories, budget_bytes=budget << 20,
-                                reads=lambda tenant, namespace: warm_reads(memories, tenant, namespace),
-                                texts=lambda tenant, namespace, budget: warm_texts(memories, tenant, namespace, budget),
-                                texts_bytes=texts_budget(),
-                                ).start(existed=memories.existed)
+        runtime.warmer = _start_warmer(settings, memories)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
@@ -233,3 +179,100 @@ class Runtime:
             self.sessions.coordinator.close()
         for close in self.closers:
             close()
+
+
+# The steps of Runtime.open, in the order it takes them.
+
+
+def _check_settings(settings: Settings) -> Reranker | None:
+    """Size the text caches and check the settings a request would otherwise trip over; return the reranker."""
+    TEXT_CACHE.resize(settings.text_cache_mb << 20)
+    parse_allow_list(settings.llm_allowed_urls)  # a malformed entry stops start-up, not a later request
+    return Reranker.from_settings(settings)  # likewise a malformed ACN_RERANK_URL
+
+
+def _start_warm_ups(settings: Settings, cache: Path | None) -> list[threading.Thread]:
+    """Start loading what the first request needs while the store opens; return the threads to wait for."""
+    # The first text write or search needs jieba's dictionary (~0.2 s from the model cache, ~0.6 s from
+    # jieba's own): load it while the store opens, so the first request does not wait for it (jieba's own
+    # lock makes an early caller wait).
+    import_jieba()  # here, not in the thread: nothing else imports while pkg_resources is blocked
+    jieba_thread = threading.Thread(target=_load_jieba, args=(cache, not settings.is_server_uri),
+                                    name="acn-jieba", daemon=True)
+    jieba_thread.start()
+    warming = [jieba_thread, threading.Thread(target=warm_insert_checks, name="acn-insert-warm", daemon=True)]
+    warming[-1].start()
+    return warming
+
+
+def _open_store(settings: Settings) -> MilvusStore:
+    """Open the Milvus store the settings name, waiting for a server that does not answer yet."""
+    return open_store(lambda: MilvusStore(settings.milvus_uri, token=settings.milvus_token,
+                                          db_name=settings.milvus_db, flush_every=settings.flush_every_writes,
+                                          flush_interval=settings.flush_interval_seconds,
+                                          trim_after_flush=settings.trim_after_flush, trim=trim_free_memory,
+                                          flush_every_unsearched=settings.flush_every_unsearched_writes),
+                      settings.store_wait_seconds)
+
+
+def _open_memories(settings: Settings, store: MilvusStore, cache: Path | None,
+                   warming: list[threading.Thread]) -> MemoryRepository:
+    """Open the memories collection with its embedder (warmed in the background, joined with `warming`)."""
+    embedder = embedder_from_settings(settings, cache)
+    if embedder is not None:  # the model's first call (~0.4 s for e5) is paid here, not by a request
+        warming.append(threading.Thread(target=_warm, args=(embedder,), name="acn-embed-warm", daemon=True))
+        warming[-1].start()
+    embed_later = embeds_in_background(settings, embedder)
+    if embed_later and store.is_server and not store.partial_updates:
+        # Filling a vector would rewrite whole rows, which another process may be writing (Milvus < 2.6).
+        # (A Lite file has one writer process: whole rows rewritten under the repository's write order.)
+        log.warning("this Milvus server has no partial updates: rows are embedded as they are written")
+        embed_later = False
+    memories = MemoryRepository(store, prefix=settings.collection_prefix, embedder=embedder,
+                                index_rows=settings.local_index_rows,
+                                cache_bytes=settings.read_cache_mb << 20,
+                                sealer=RowSealer(settings.encryption_key) if settings.encryption_key else None,
+                                embed_later=embed_later,
+                                inline_rows=inline_rows(settings, embedder))
+    memories.open()
+    return memories
+
+
+def _open_sessions(settings: Settings, store: MilvusStore) -> SessionRepository:
+    """Open the sessions collection with its cipher and the session lease (Redis when configured)."""
+    sessions = SessionRepository(store, prefix=settings.collection_prefix,
+                                 keep_versions=settings.session_versions_kept,
+                                 cipher=SnapshotCipher(settings.encryption_key),
+                                 redact=settings.redact_snapshots,
+                                 coordinator=open_coordinator(settings))
+    sessions.open()
+    return sessions
+
+
+def _check_and_upgrade_store(settings: Settings, store: MilvusStore, memories: MemoryRepository,
+                             sessions: SessionRepository) -> None:
+    """Refuse a store written under another key; bring one written by an older version up to date."""
+    # A key setting the store was not written with stops the start, with the reason: served, it would
+    # write plaintext into an encrypted store (or text under another key), and /healthz would say ok.
+    if isinstance(memories.store, RefusedStore):
+        raise memories.store.reason
+    marker_cipher = SnapshotCipher(settings.encryption_key, what="store's key marker")
+    check_encryption(store, sessions.spec.name, marker_cipher,
+                     sealed_memories=store.exists(memories.sealed_collection))
+    memories.secret = store_secret(store, sessions.spec.name, marker_cipher)
+    # Memories written under another embedder (the default was `none` before it was `use`): copied into
+    # this collection before the backlog's first scan, which then fills their vectors.
+    carry_over(memories, sessions.spec.name)
+    if read_fact(store, sessions.spec.name, "ids_scoped") is None:  # a store from before ids were scoped
+        scope_legacy_ids(memories)
+        write_fact(store, sessions.spec.name, "ids_scoped", "v1")
+
+
+def _start_warmer(settings: Settings, memories: MemoryRepository) -> Warmer:
+    """Start building the recently active sessions' indexes in the background (/readyz waits for it)."""
+    budget = min(settings.warm_mb, settings.read_cache_mb if memories.cache is not None else settings.warm_mb)
+    return Warmer(memories, budget_bytes=budget << 20,
+                  reads=lambda tenant, namespace: warm_reads(memories, tenant, namespace),
+                  texts=lambda tenant, namespace, budget: warm_texts(memories, tenant, namespace, budget),
+                  texts_bytes=texts_budget(),
+                  ).start(existed=memories.existed)

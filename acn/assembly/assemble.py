@@ -1,21 +1,20 @@
 """The assemble pipeline: layered context under a hard token budget, in snapshot / focused / streaming / auto modes.
 
-acn/nodes/assemble.py is the node over it (NODE and a thin run), as acn/compaction/session.py is compact's.
+acn/nodes/assemble.py is the node over it (NODE and a thin run), as acn/compaction/session.py is compact's; its
+request and response models are in acn/assembly/models.py.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Annotated, Any, Literal
-
-from pydantic import BeforeValidator, Field
 
 from acn.assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from acn.assembly.current import current_memories, current_segments, stale_values
 from acn.assembly.earlier import earlier_conversation_memories, from_earlier_conversation
 from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept
 from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
+from acn.assembly.models import LAYERS, AssembleRequest, AssembleResponse, Dropped, Mode, Source, Tokens
 from acn.assembly.recall import focused_memories, message_order, readable, relative_floor, turn_pool, unreadable_reason
 from acn.assembly.standing import (
     FOCUSED_KINDS,
@@ -25,103 +24,26 @@ from acn.assembly.standing import (
     standing_memories,
     within_share,
 )
+from acn.assembly.tool_pairs import paired_tool_messages
 from acn.common.conversation import SessionState
 from acn.common.errors import ValidationError
-from acn.common.metrics import ORPHAN_TOOL_MESSAGE, UNANSWERED_TOOL_CALL, UNREADABLE_ROW
+from acn.common.metrics import UNREADABLE_ROW
 from acn.common.models import (
     Memory,
     MemoryKind,
     Message,
-    MessageList,
-    Namespace,
-    NodeResponse,
-    StrictModel,
-    parse_json_object_or_null,
-    parse_json_string,
 )
-from acn.retrieval.rank import MemoryRetrieveRequest, rank, retrieval_query
+from acn.retrieval.hybrid_rank import MemoryRetrieveRequest, rank, retrieval_query
 from acn.services.deps import Deps
-from acn.text.lang import Language, detect_language
+from acn.text.lang import detect_language
 from acn.text.numbers import value_present
 from acn.text.similarity import normalise
 
-Mode = Literal["snapshot", "focused", "streaming", "auto"]
 # Planning-type inputs (a plan, a summary, next steps) need the whole working state in view, not a slice of it.
 _PLANNING = re.compile(r"计划|规划|方案|步骤|总结|回顾|进度|整体|全部|接下来|下一步|目标|清单|"
                        r"\b(plan|steps|summary|summari[sz]e|overall|progress|next steps?|status|recap|overview)\b",
                        re.IGNORECASE)
-LAYERS = ("system", "memory", "working", "history", "user_input")
 log = logging.getLogger("acn.assemble")
-
-
-class AssembleRequest(Namespace):
-    """Build the context for one model call."""
-
-    max_tokens: int = Field(default=4000, ge=16, le=2_000_000, description="Hard budget for the whole context.")
-    system_prompt: str = Field(default="", max_length=200_000, description="Identity / system layer; never dropped.")
-    user_input: str = Field(default="", max_length=200_000, description="The new user message; never dropped.")
-    messages: MessageList | None = Field(default=None, max_length=5000,
-                                         description="Recent turns; default: the session buffer.")
-    working_summary: str | None = Field(default=None, max_length=200_000,
-                                        description="Working state text; default: the session's segments.")
-    memories: Annotated[list[str] | None, BeforeValidator(parse_json_string)] = Field(
-        default=None, description="Memory lines to inject instead of retrieving.")
-    knowledge: Annotated[list[str] | None, BeforeValidator(parse_json_string)] = Field(
-        default=None, description="Knowledge snippets (FAQ, rules) for the memory layer.")
-    mode: Mode = Field(default="auto", description="snapshot | focused | streaming | auto.")
-    budget: Annotated[BudgetRatios | None, BeforeValidator(parse_json_object_or_null)] = Field(
-        default=None, description="Layer ratios; default 15/50/25/10 (a JSON string works too).")
-    phase: Literal["requirement", "execution", "closing"] | None = Field(
-        default=None, description="Phase preset for the ratios (overrides budget).")
-    top_k: int = Field(default=5, ge=0, le=50, description="Memories retrieved for the input (focused mode).")
-    archive_top_k: int | None = Field(
-        default=None, ge=0, le=50,
-        description="Archived raw messages retrieved verbatim for the input (focused mode); default: as many "
-                    "as the memory layer's budget holds, up to 50.")
-    language: Language | None = Field(default=None, description="Language of tags; default: the input's.")
-    probes: Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], BeforeValidator(parse_json_string)] = (
-        Field(default_factory=list, max_length=50,
-              description="Amnesia probes: facts this session must still carry (e.g. an order number); the "
-                          "response says which the assembled context contains."))
-
-
-class Dropped(StrictModel):
-    layer: str
-    id: str
-    kind: str
-    reason: str
-    tokens: int
-
-
-class Source(StrictModel):
-    id: str
-    kind: str
-    layer: str
-    turn_range: list[int] | None = None
-    meta: dict[str, Any] = Field(default_factory=dict)
-
-
-class Tokens(StrictModel):
-    total: int
-    budget: int
-    by_layer: dict[str, int]
-
-
-class AssembleResponse(NodeResponse):
-    mode: str = Field(description="The mode used (auto resolves to snapshot or focused).")
-    messages: list[Message]
-    system_text: str = Field(description="System prompt, memory and working state in one string.")
-    memory_text: str
-    working_text: str
-    history_text: str
-    prompt: str = Field(description="Everything as one string, for nodes that take a single prompt.")
-    tokens: Tokens
-    dropped: list[Dropped]
-    sources: list[Source]
-    probes: dict[str, bool] = Field(default_factory=dict, description="Each probe: is it in the context?")
-    degraded: dict[str, str] = Field(
-        default_factory=dict, description="Providers that failed and were left out, e.g. {\"dense\": "
-        "\"unavailable\"}: the memories were found by BM25 alone (see /metrics acn_degraded).")
 
 
 def assemble(request: AssembleRequest, deps: Deps) -> AssembleResponse:
@@ -411,54 +333,6 @@ def build_response(request: AssembleRequest, mode: str, system_messages: list[Me
         dropped=withheld + dropped_list(fitted) + repaired, sources=sources_list(fitted),
         probes={fact: value_present(fact, prompt) for fact in request.probes},
     )
-
-
-def paired_tool_messages(messages: list[Message], deps: Deps) -> tuple[list[Message], list[Dropped]]:
-    """Return the history as a valid chat message list, and what was removed to make it one (for `dropped`).
-
-    OpenAI-style APIs reject a `tool` message that does not answer a call of the assistant message right before
-    its run of tool messages, and an assistant `tool_calls` entry left unanswered. A session can hold both (a
-    tool message recorded without its call, a result dropped by an edit rule): the orphan tool message is left
-    out, the unanswered call is taken off its assistant message (the message goes too when nothing else is left).
-    """
-    kept: list[Message] = []
-    dropped: list[Dropped] = []
-    open_calls: set[str] = set()  # ids the current run of tool messages may still answer
-    for index, message in enumerate(messages):
-        turn = f"turn-{message.turn}" if message.turn is not None else f"message-{index}"
-        if message.role == "tool":
-            if message.tool_call_id is not None and message.tool_call_id in open_calls:
-                open_calls.discard(message.tool_call_id)
-                kept.append(message)
-            else:
-                dropped.append(Dropped(layer="history", id=turn, kind="tool", reason=ORPHAN_TOOL_MESSAGE,
-                                       tokens=deps.tokenizer.count_message(message)))
-            continue
-        open_calls = set()
-        if message.role == "assistant" and message.tool_calls:
-            answered = answered_ids(messages, index)
-            calls = [c for c in message.tool_calls if isinstance(c.get("id"), str) and c["id"] in answered]
-            for _call in range(len(message.tool_calls) - len(calls)):
-                dropped.append(Dropped(layer="history", id=turn, kind="tool_call", reason=UNANSWERED_TOOL_CALL,
-                                       tokens=0))
-            open_calls = {c["id"] for c in calls}
-            if len(calls) != len(message.tool_calls):
-                message = message.model_copy(update={"tool_calls": calls or None})
-            if not calls and not message.content:
-                continue  # a tool-call message with no call left says nothing
-        kept.append(message)
-    return kept, dropped
-
-
-def answered_ids(messages: list[Message], index: int) -> set[str]:
-    """Return the tool_call_ids answered by the run of tool messages right after messages[index]."""
-    ids: set[str] = set()
-    for message in messages[index + 1:]:
-        if message.role != "tool":
-            break
-        if message.tool_call_id is not None:
-            ids.add(message.tool_call_id)
-    return ids
 
 
 def strip_meta(message: Message) -> Message:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from acn.common.models import Memory, Namespace
-from acn.retrieval.memory_lines import utc_day
+from acn.memory.lines import utc_day
 from acn.services.deps import Deps
 from acn.text.triggers import asks_about_earlier_conversation
 

@@ -11,7 +11,7 @@ from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer
 
 # A cut segment shorter than this says too little to be worth its header.
 MIN_CUT_TOKENS = 48
-# A later day header's short form (`[2024-08-31]`), and a header's year (acn/assembly/layers.py short_header).
+# A later day header's short form (`[2024-08-31]`), and a header's year (acn/memory/lines.py short_header).
 _SHORT_DATE = re.compile(r"\[(\d{4})-(\d{2}-\d{2}[^\]]*)\]")
 _YEAR = re.compile(r"(?<!\d)(\d{4})-\d{2}-\d{2}")
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 from typing import Protocol
 
 from acn.retrieval.dialogue import latest_utterances, spoken_text
+from acn.retrieval.hybrid_rank import Ranked, memory_terms
 from acn.retrieval.query_focus import focus as read_focus
-from acn.retrieval.rank import Ranked, memory_terms
 from acn.text.terms import content_terms
 
 # Both steps are on; bench.recall --ablate turns one off to measure what the other adds.

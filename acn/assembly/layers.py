@@ -1,21 +1,18 @@
-"""Candidate items of each layer: memories, knowledge, segments and recent turns."""
+"""Candidate items of each layer: memories, knowledge, segments and recent turns.
+
+The lines themselves are rendered where each kind lives: a memory's in acn/memory/lines.py, a segment's in
+acn/compaction/segment_lines.py.
+"""
 
 from __future__ import annotations
-
-import operator
 
 from acn.assembly.fit import Item
 from acn.assembly.recall import message_order
 from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Segment
-from acn.common.row_memo import remembered
-from acn.compaction.segment_lines import LABELS, render_decision, render_header
-from acn.retrieval.memory_lines import render_memories, source_tag, speaker_label
-from acn.text.dates import normalise_date
+from acn.compaction.segment_lines import brief_segment
+from acn.memory.lines import KNOWLEDGE_TAG, UNDATED_TAG, memory_line, short_header
 from acn.text.similarity import normalise, shingles
-
-KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
-UNDATED_TAG = {"zh": "[来自记忆]", "en": "[from memory]"}
 
 
 def memory_items(memories: list[Memory], language: str) -> list[Item]:
@@ -41,76 +38,12 @@ def memory_items(memories: list[Memory], language: str) -> list[Item]:
     return items
 
 
-def memory_line(memory: Memory, language: str) -> tuple[str, str]:
-    """Return a memory's line and its group header ("" when the line carries its own tag).
-
-    Every call renders its whole candidate pool (about 200 memories at 4,000 tokens) and a session's calls share
-    most of it, so a line is kept with the memory object it was made of (acn/common/row_memo.py), with exactly
-    what it was made of (source_tag and speaker_label read no other field): another session's rows never push it
-    out, and a changed field makes it again.
-    """
-    meta = memory.meta
-    key = (memory.kind, memory.content, memory.turn_range, bool(memory.valid_to), memory.scope, memory.created_at,
-           meta.get("time"), meta.get("date"), meta.get("name"), meta.get("role"))
-    return remembered(memory, f"line:{language}", key, operator.eq, lambda: _render_line(memory, language))
-
-
-def _render_line(memory: Memory, language: str) -> tuple[str, str]:
-    header = dated_header(memory, language)
-    line = f"{speaker_label(memory, language)}: {memory.content}" if header else render_memories([memory], language)
-    return line, header
-
-
-def dated_header(memory: Memory, language: str) -> str:
-    """Return the shared header of an archived message that has a date and a speaker, else ""."""
-    when = memory.meta.get("time") or memory.meta.get("date")
-    if memory.kind != "turn" or not (isinstance(when, str) and when.strip()) or not speaker_label(memory, language):
-        return ""
-    if when.strip() in memory.content or normalise_date(when) in memory.content:
-        # The message states its date itself (a diary line, a memory bank entry): a dated header per message
-        # would only repeat it, ~12 tokens a line, so such messages share one undated header.
-        return UNDATED_TAG["zh" if language == "zh" else "en"]
-    return source_tag(memory, language)
-
-
-def short_header(header: str, language: str) -> str:
-    """Return a dated group header without its "from memory" words (`[来自记忆 · 2024-08-31]` -> `[2024-08-31]`),
-    or "" when it has nothing else to say.
-
-    The day headers of a context's memory layer are most of its tags: on zh-daily at 1,000 tokens ~17 of them at
-    15 tokens each (`[2024-08-31]` is 8), the room of five more messages. The layer's first header keeps the
-    words, and sources[] keeps each line's id, kind, turns and meta. The fit writes a short header without the
-    year the header before it said (`[08-31]`, 5 tokens; acn/assembly/fit.py header_line).
-    """
-    prefix = UNDATED_TAG["zh" if language == "zh" else "en"][:-1] + " · "
-    return "[" + header[len(prefix):] if header.startswith(prefix) else ""
-
-
 def note_items(lines: list[str], language: str, *, kind: str) -> list[Item]:
     """Return caller-supplied lines (explicit memories or knowledge), tagged."""
-    tag = KNOWLEDGE_TAG[language] if kind == "knowledge" else ("[来自记忆]" if language == "zh" else "[from memory]")
+    tag = KNOWLEDGE_TAG[language] if kind == "knowledge" else UNDATED_TAG["zh" if language == "zh" else "en"]
     return [Item(key=f"{kind}-{i}", variants=[f"{tag} {line.strip()}"], order=(1 if kind == "knowledge" else 0, i),
                  source={"id": f"{kind}-{i}", "kind": kind, "layer": "memory", "turn_range": None, "meta": {}})
             for i, line in enumerate(lines) if line.strip()]
-
-
-def brief_segment(segment: Segment, language: str) -> str:
-    """Return a segment's skeleton (the rolling summary): no done/todo lists, everything else kept."""
-    lang = "zh" if language == "zh" else "en"
-    labels, separator = LABELS[lang], "；" if lang == "zh" else "; "
-    parts = []
-    if segment.goal:
-        parts.append(f"{labels['goal']}: {segment.goal}")
-    if segment.constraints:
-        parts.append(f"{labels['constraints']}: {separator.join(segment.constraints)}")
-    if segment.decisions:
-        parts.append(f"{labels['decisions']}: {separator.join(render_decision(d, lang) for d in segment.decisions)}")
-    if segment.facts:
-        parts.append(f"{labels['facts']}: {separator.join(segment.facts)}")
-    if segment.key_numbers:
-        numbers = ", ".join(f"{k}={v}" for k, v in segment.key_numbers.items())
-        parts.append(f"{labels['key_numbers']}: {numbers}")
-    return f"{render_header(segment.turn_range, lang)} " + " | ".join(parts)
 
 
 def relevance(query: str, text: str) -> float:

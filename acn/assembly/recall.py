@@ -21,9 +21,17 @@ from typing import get_args
 from acn.assembly.hops import gathered
 from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
 from acn.common.stored import memory_problem
+from acn.retrieval.hybrid_rank import (
+    MAX_POOL,
+    MIN_POOL,
+    MemoryRetrieveRequest,
+    Ranked,
+    committed,
+    rank,
+    retrieval_query,
+)
 from acn.retrieval.intent import wants_many
-from acn.retrieval.rank import MAX_POOL, MIN_POOL, MemoryRetrieveRequest, Ranked, committed, rank, retrieval_query
-from acn.retrieval.ranker import day_shares, reordered
+from acn.retrieval.learned_ranker import day_shares, reordered
 from acn.services.deps import Deps
 from acn.text.byte_cache import TEXT_CACHE, text_bytes
 from acn.text.dates import normalise_date
@@ -62,8 +70,9 @@ MONOLOGUE_DECAY = 0.3
 # about than one next to a single hit: it keeps its best score plus this share of the next best. Issue 17, LoCoMo
 # dev (0-4), with the day weight below: 0.2 -> +0.6 at 1k over max alone (0.1 and 0.3 no better).
 NEIGHBOUR_SUM = 0.2
-# The weight of a day (the date an archived message carries, e.g. a LoCoMo session): the sum of its DAY_HITS (ranker.py)
-# best direct hits, over the best day's; each message of the day gains DAY_WEIGHT x that share of its score.
+# The weight of a day (the date an archived message carries, e.g. a LoCoMo session): the sum of its DAY_HITS
+# (retrieval/learned_ranker.py) best direct hits, over the best day's; each message of the day gains DAY_WEIGHT x
+# that share of its score.
 # Issue 17, LoCoMo dev at 1k/2k/4k, with NEIGHBOUR_SUM and same-day neighbours: 80.0/86.6/92.4 ->
 # 81.6/87.1/92.7, multi-hop 45.7 -> 48.3 at 1k; DAY_HITS 1, 2 and 5 were worse than 3, weight 0.5 no better
 # than 0.2. Its opposite (fewer hits per day, MMR-like: x0.9 per hit already taken from the day) lost 4 points.

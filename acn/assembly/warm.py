@@ -5,7 +5,7 @@ On a Lite file a session's in-process index answers each filter by testing every
 ~90 % of its 0.9 s testing three filters (what is in force, what was superseded, what may be searched), the second
 none. Made here before the first call, with the filters assemble itself builds; nothing is written.
 
-Then the texts (warm_texts): the re-ranker reads each candidate's content terms (retrieval/rank.py coverage_all),
+Then the texts (warm_texts): the re-ranker reads each candidate's content terms (retrieval/hybrid_rank.py coverage_all),
 jieba's HMM segmentation of every Chinese run, ~1-2 ms a text, kept in the text cache. Measured after a restart on
 a warmed namespace of 10k memories with `use`: the first assemble spent 0.58 s of its 0.75 s segmenting its ~240
 candidates, none of them kept yet. The candidates are whatever the question finds, so the namespace's texts are
@@ -19,8 +19,8 @@ from typing import get_args
 from acn.assembly.current import stale_values
 from acn.assembly.standing import FOCUSED_KINDS, STANDING_KINDS, STANDING_LIMIT
 from acn.common.models import MemoryKind, Namespace
-from acn.retrieval.rank import MemoryRetrieveRequest
-from acn.retrieval.ranker import load_model
+from acn.retrieval.hybrid_rank import MemoryRetrieveRequest
+from acn.retrieval.learned_ranker import load_model
 from acn.storage.repositories import MemoryRepository
 from acn.text.byte_cache import TEXT_CACHE
 from acn.text.terms import segmented

@@ -1,11 +1,11 @@
 """What is worked out from one stored row, kept with the object the row was read into, for as long as it lives.
 
-The in-process index (acn/storage/lite/local_index.py) serves a session's rows as the same Memory objects turn after
-turn, so a row's check, its rendered line and its terms need working out once per object, not once per call. Kept
-in process-wide caches instead (bounded by entries or bytes), they were pushed out by other sessions' rows: with 32
-chats at once each turn segmented and checked its candidates again (issue 47). Here an entry lives exactly as long
-as its object (a weak reference drops it), so no other session's rows can push it out, and its size follows the
-rows the index holds.
+The in-process index (acn/storage/database/lite/local_index.py) serves a session's rows as the same Memory objects
+turn after turn, so a row's check, its rendered line and its terms need working out once per object, not once per
+call. Kept in process-wide caches instead (bounded by entries or bytes), they were pushed out by other sessions'
+rows: with 32 chats at once each turn segmented and checked its candidates again (issue 47). Here an entry lives
+exactly as long as its object (a weak reference drops it), so no other session's rows can push it out, and its size
+follows the rows the index holds.
 
 A pydantic model compares its private attributes, so the values are not kept on the object itself: two equal
 memories must stay equal whatever was worked out from one of them.

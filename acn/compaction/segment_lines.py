@@ -98,6 +98,25 @@ def finish_segment(
     return segment.model_copy(update={"text": text, "tokens": tokenizer.count(text)})
 
 
+def brief_segment(segment: Segment, language: str) -> str:
+    """Return a segment's skeleton (the rolling summary): no done/todo lists, everything else kept."""
+    lang = "zh" if language == "zh" else "en"
+    labels, separator = LABELS[lang], "；" if lang == "zh" else "; "
+    parts = []
+    if segment.goal:
+        parts.append(f"{labels['goal']}: {segment.goal}")
+    if segment.constraints:
+        parts.append(f"{labels['constraints']}: {separator.join(segment.constraints)}")
+    if segment.decisions:
+        parts.append(f"{labels['decisions']}: {separator.join(render_decision(d, lang) for d in segment.decisions)}")
+    if segment.facts:
+        parts.append(f"{labels['facts']}: {separator.join(segment.facts)}")
+    if segment.key_numbers:
+        numbers = ", ".join(f"{k}={v}" for k, v in segment.key_numbers.items())
+        parts.append(f"{labels['key_numbers']}: {numbers}")
+    return f"{render_header(segment.turn_range, lang)} " + " | ".join(parts)
+
+
 def render_working_summary(segments: list[Segment]) -> str:
     """Return the segments' texts, oldest first, one per line."""
     return "\n".join(segment.text for segment in segments if segment.text)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acn.retrieval.memory_lines import KIND_LABELS_ZH
+from acn.memory.lines import KIND_LABELS_ZH
 
 LANGUAGES = ("en", "zh")
 HTML_LANG = {"en": "en", "zh": "zh-CN"}

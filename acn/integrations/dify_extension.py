@@ -23,7 +23,7 @@ from acn.app.runtime import Runtime
 from acn.common.errors import BadRequestError, ValidationError
 from acn.common.models import IDENTIFIER_PATTERN, Scope
 from acn.nodes.memory_retrieve import run as retrieve
-from acn.retrieval.rank import MemoryRetrieveRequest, retrieval_query
+from acn.retrieval.hybrid_rank import MemoryRetrieveRequest, retrieval_query
 
 ROUTE = "/v1/dify/extension"
 POINTS = ("ping", "app.external_data_tool.query")

@@ -1,4 +1,5 @@
-"""Generate the Dify plugin declarations and the Coze import files from the node models.
+"""Generate the Dify tool plugin's declarations from the node models (the agent strategy's: strategy_files.py; Coze's:
+coze_files.py).
 
 `python -m acn.app.generate` writes these along with schemas/ (see `integration_files`), and the schema
 staleness test fails when they drift from the models, so a new node field reaches Dify and Coze the same day.
@@ -7,33 +8,31 @@ Only the words people read (labels in two languages) are written by hand, in the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from acn.app.openapi import build_openapi
 from acn.common.pack import PACK
 from acn.nodes.spec import NodeSpec
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent  # the checkout: dist/ goes there
-PLUGIN_DIR = HERE / "dify_plugin"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: dist/ goes there
+# The Dify and Coze packages are projects of their own beside the product (integrations/, outside the `acn` import
+# root and the wheel); these modules write their generated files and build the Dify packages.
+INTEGRATIONS = ROOT / "integrations"
+PLUGIN_DIR = INTEGRATIONS / "dify_plugin"
 # The agent strategy is a plugin of its own: the daemon refuses a plugin declaring both tools and agent strategies
 # ("agent_strategy and tool, model, endpoint, trigger, or datasource cannot be provided at the same time",
 # dify-plugin-daemon pkg/entities/plugin_entities/plugin_declaration.go).
-STRATEGY_DIR = HERE / "dify_strategy"
+STRATEGY_DIR = INTEGRATIONS / "dify_strategy"
 STRATEGY_PLUGIN = "agent_that_remembers"
 STRATEGY_NAME = "agent_that_remembers"
-COZE_DIR = HERE / "coze"
+COZE_DIR = INTEGRATIONS / "coze"
 # The daemon wants lowercase [a-z0-9_-] for author and name; these match PACK.
 AUTHOR = PACK["author"]
 PLUGIN_NAME = PACK["name"]
 # A fixed timestamp keeps the generated manifest byte-stable; bump it with the version.
 CREATED_AT = "2026-01-01T00:00:00Z"
-# Coze refuses IP addresses as plugin URLs; users replace this with their own domain before importing.
-COZE_SERVER = "https://acn.example.com"
 
 # The context nodes a builder drops into a workflow; session administration stays on the HTTP API.
 TOOL_NODES = ("edit_context", "compact", "memory_write", "memory_retrieve", "assemble", "record_turn")
@@ -119,7 +118,7 @@ JSON_TWINS = ("messages", "recent_messages")
 # Every Dify tool node has the built-in outputs text, files and json; an output_schema property of the same name
 # is refused by plugin daemons before 0.3.0 (Dify < 1.9: "Field validation for 'OutputSchema' failed on the
 # 'json_schema' tag", dify#16150) and would shadow the built-in one after. memory_retrieve's `text` reaches the
-# workflow as the built-in `text` output (acn/integrations/dify_plugin/acn_client.py sends it as the text message).
+# workflow as the built-in `text` output (integrations/dify_plugin/acn_client.py sends it as the text message).
 RESERVED_OUTPUTS = frozenset({"text", "files", "json"})
 # compact's `prompt` (engine caller) is for a program driving the exchange (the agent strategy), which reads the
 # JSON; as a workflow variable it would be an object that is null on every other answer.
@@ -134,28 +133,20 @@ def tool_nodes(nodes: dict[str, NodeSpec]) -> list[NodeSpec]:
     return [spec for name, spec in nodes.items() if name in TOOL_NODES]
 
 
-def integration_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
-    """Return every generated integration file's path and exact text."""
-    files = dify_plugin_files(nodes)
-    files.update(dify_strategy_files())
-    files.update(coze_files(nodes))
-    return files
-
-
 # -- Dify plugin -----------------------------------------------------------------------------
 
 
 def dify_plugin_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
     """Return the plugin manifest, provider and one YAML + one class per tool."""
     specs = tool_nodes(nodes)
-    files = {PLUGIN_DIR / "manifest.yaml": _yaml(plugin_manifest()),
-             PLUGIN_DIR / "provider" / f"{PLUGIN_NAME}.yaml": _yaml(provider_declaration(specs))}
+    files = {PLUGIN_DIR / "manifest.yaml": to_yaml(plugin_manifest()),
+             PLUGIN_DIR / "provider" / f"{PLUGIN_NAME}.yaml": to_yaml(provider_declaration(specs))}
     for spec in specs:
-        files[PLUGIN_DIR / "tools" / f"{spec.name}.yaml"] = _yaml(tool_declaration(spec))
+        files[PLUGIN_DIR / "tools" / f"{spec.name}.yaml"] = to_yaml(tool_declaration(spec))
         files[PLUGIN_DIR / "tools" / f"{spec.name}.py"] = tool_source(spec)
     for name in EXTERNAL_MEMORY_TOOLS:
         spec = nodes[name]
-        files[PLUGIN_DIR / "tools" / f"{name}.yaml"] = _yaml(external_memory_declaration(spec))
+        files[PLUGIN_DIR / "tools" / f"{name}.yaml"] = to_yaml(external_memory_declaration(spec))
         files[PLUGIN_DIR / "tools" / f"{name}.py"] = tool_source(spec, call="invoke_external_memory")
     return files
 
@@ -342,139 +333,7 @@ class {class_name}(Tool):
 '''
 
 
-# -- Dify agent strategy plugin --------------------------------------------------------------
-
-
-def dify_strategy_files() -> dict[Path, str]:
-    """Return the strategy plugin's declarations and the files it shares with the tool plugin (one source)."""
-    files = {STRATEGY_DIR / "manifest.yaml": _yaml(strategy_manifest()),
-             STRATEGY_DIR / "provider" / f"{STRATEGY_PLUGIN}.yaml": _yaml(strategy_provider()),
-             STRATEGY_DIR / "strategies" / f"{STRATEGY_NAME}.yaml": _yaml(strategy_declaration())}
-    for shared in ("acn_client.py", "PRIVACY.md", "requirements.txt", "_assets/icon.svg"):
-        files[STRATEGY_DIR / shared] = (PLUGIN_DIR / shared).read_text(encoding="utf-8")
-    return files
-
-
-STRATEGY_LABEL = {"en_US": "Agent that remembers", "zh_Hans": "会记忆的 Agent"}
-STRATEGY_DESCRIPTION = {
-    "en_US": "A function-calling agent whose every model call is assembled under a token budget by Agent Context "
-             "Nodes (identity, memory, working state, recent turns, input) instead of the raw history; every "
-             "turn is stored and compacted on your server.",
-    "zh_Hans": "函数调用型 Agent：每次调用模型前由 Agent Context Nodes 在 token 预算内组装上下文"
-               "（身份、记忆、工作状态、最近轮次、输入），而不是原始历史；每轮对话都保存并在你的服务上压缩。",
-}
-
-
-def strategy_manifest() -> dict[str, Any]:
-    """Return the strategy plugin's manifest: agent_strategies only, model.llm and tool permissions."""
-    manifest = plugin_manifest()
-    manifest.update({
-        "name": STRATEGY_PLUGIN, "label": STRATEGY_LABEL, "description": STRATEGY_DESCRIPTION,
-        "resource": {"memory": 268435456, "permission": {"tool": {"enabled": True},
-                                                         "model": {"enabled": True, "llm": True}}},
-        "plugins": {"agent_strategies": [f"provider/{STRATEGY_PLUGIN}.yaml"]},
-        "tags": ["agent"],
-    })
-    return manifest
-
-
-def strategy_provider() -> dict[str, Any]:
-    return {"identity": {"author": AUTHOR, "name": STRATEGY_PLUGIN, "label": STRATEGY_LABEL,
-                         "description": STRATEGY_DESCRIPTION, "icon": "icon.svg"},
-            "strategies": [f"strategies/{STRATEGY_NAME}.yaml"],
-            "extra": {"python": {"source": f"provider/{STRATEGY_PLUGIN}.py"}}}
-
-
-def _param(name: str, kind: str, en: str, zh: str, *, required: bool = False, help_en: str = "",
-           help_zh: str = "", **extra: Any) -> dict[str, Any]:
-    parameter: dict[str, Any] = {"name": name, "type": kind, "required": required,
-                                 "label": {"en_US": en, "zh_Hans": zh}}
-    if help_en:
-        parameter["help"] = {"en_US": help_en, "zh_Hans": help_zh or help_en}
-    parameter.update(extra)
-    return parameter
-
-
-def strategy_declaration() -> dict[str, Any]:
-    """Return the strategy YAML: Dify's usual agent parameters (as cot_agent's FunctionCalling declares them),
-    then the server and the memory scope, budget, assembly mode and compaction model. No `history-messages`
-    feature: the history comes from the server's session, assembled under the budget."""
-    modes = ["auto", "snapshot", "focused", "streaming"]
-    return {
-        "identity": {"name": STRATEGY_NAME, "author": AUTHOR, "label": STRATEGY_LABEL},
-        "description": STRATEGY_DESCRIPTION,
-        "parameters": [
-            _param("model", "model-selector", "Model", "模型", required=True, scope="tool-call&llm"),
-            _param("tools", "array[tools]", "Tool list", "工具列表"),
-            _param("instruction", "string", "Instruction", "指令", required=True,
-                   auto_generate={"type": "prompt_instruction"}, template={"enabled": True}),
-            _param("query", "string", "Query", "查询", required=True),
-            _param("maximum_iterations", "number", "Maximum Iterations", "最大迭代次数", required=True,
-                   default=5, min=1, max=50),
-            _param("base_url", "string", "Server base URL", "服务地址", required=True,
-                   help_en="Where the Agent Context Nodes server listens, as seen from the plugin daemon.",
-                   help_zh="插件守护进程访问 Agent Context Nodes 服务的地址。"),
-            _param("api_key", "secret-input", "API key", "API 密钥",
-                   help_en="One of the server's ACN_API_KEYS; empty if the server has none.",
-                   help_zh="服务 ACN_API_KEYS 中的一个；服务未配置密钥时留空。"),
-            _param("max_tokens", "number", "Context budget (tokens)", "上下文预算（token）", min=64,
-                   help_en="Most tokens the assembled context may take per model call; default: half the model's "
-                           "context window.",
-                   help_zh="每次调用模型时组装上下文的最大 token 数；默认取模型窗口的一半。"),
-            _param("assembly_mode", "select", "Assembly mode", "组装模式", default="auto",
-                   options=[{"value": m, "label": {"en_US": m}} for m in modes],
-                   help_en="auto picks snapshot or focused; focused retrieves memories and archived turns for the "
-                           "query.", help_zh="auto 自动选择 snapshot 或 focused；focused 按提问检索记忆与归档原话。"),
-            _param("compaction_model", "select", "Compaction model", "压缩模型", default="server",
-                   options=[{"value": m, "label": {"en_US": m}} for m in ("server", "agent_model")],
-                   help_en="server compacts on the server (offline extractive unless its operator configured an "
-                           "LLM); agent_model writes the summaries with this node's model, checked by the server, "
-                           "which never receives a Dify credential.",
-                   help_zh="server 在服务端压缩（离线抽取，除非运维配置了 LLM）；agent_model 用本节点的模型写摘要，"
-                           "由服务端校验，服务端不会收到 Dify 凭据。"),
-            _param("agent_id", "string", "Agent ID", "智能体 ID",
-                   help_en="Memory scope; default: the app.", help_zh="记忆范围；默认为应用。"),
-            _param("user_id", "string", "User ID", "用户 ID",
-                   help_en="Memory scope; default: Dify's user.", help_zh="记忆范围；默认为 Dify 用户。"),
-            _param("session_id", "string", "Session ID", "会话 ID",
-                   help_en="Memory scope; default: the conversation.", help_zh="记忆范围；默认为当前会话。"),
-        ],
-        "extra": {"python": {"source": f"strategies/{STRATEGY_NAME}.py"}},
-    }
-
-
-# -- Coze ------------------------------------------------------------------------------------
-
-
-def coze_files(nodes: dict[str, NodeSpec]) -> dict[Path, str]:
-    """Return the Coze plugin manifest and the OpenAPI document of the context nodes."""
-    specs = {spec.name: spec for spec in tool_nodes(nodes)}
-    # build_openapi holds node operations only, with only the schemas they reference.
-    document = build_openapi(specs, server_url=COZE_SERVER)
-    header = ("# Generated by `python -m acn.app.generate`: do not edit by hand.\n"
-              f"# Replace {COZE_SERVER} by your server's domain (Coze accepts no IP addresses) before importing.\n")
-    return {COZE_DIR / "openapi.yaml": header + _yaml(document),
-            COZE_DIR / "ai_plugin.json": json.dumps(coze_manifest(), ensure_ascii=False, indent=2) + "\n"}
-
-
-def coze_manifest() -> dict[str, Any]:
-    """Return the ai_plugin manifest (coze-studio PluginManifest) with service-token auth."""
-    payload = {"key": "Authorization", "service_token": "Bearer <one of ACN_API_KEYS>", "location": "Header"}
-    return {
-        "schema_version": "v1",
-        "name_for_model": PLUGIN_NAME,
-        "name_for_human": PACK["label"]["en_US"],
-        "description_for_model": PACK["description"]["en_US"],
-        "description_for_human": PACK["description"]["zh_Hans"],
-        "auth": {"type": "service_http", "sub_type": "token/api_key",
-                 "payload": json.dumps(payload, ensure_ascii=False)},
-        "logo_url": "",
-        "api": {"type": "openapi"},
-        "common_params": {"header": [{"name": "User-Agent", "value": "Coze/1.0"}],
-                          "query": [], "path": [], "body": []},
-    }
-
-
-def _yaml(data: Any) -> str:
+def to_yaml(data: Any) -> str:
+    """Return data as the YAML every generated declaration is written in (key order kept, byte-stable)."""
     text: str = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=110)
     return text

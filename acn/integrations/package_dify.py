@@ -16,9 +16,13 @@ from pathlib import Path
 
 from acn.common.pack import PACK
 from acn.integrations.generate import PLUGIN_DIR, PLUGIN_NAME, ROOT, STRATEGY_DIR, STRATEGY_PLUGIN
+from acn.integrations.strategy_files import SHARED_FILES
 
 # dify-plugin-daemon's default MAX_PLUGIN_PACKAGE_SIZE (uncompressed).
 MAX_BYTES = 52_428_800
+# A plugin folder that takes some files from another (their one source): the strategy takes the client, privacy
+# note, requirements and icon from the tool plugin's folder.
+SHARED_FROM = {STRATEGY_DIR: PLUGIN_DIR}
 
 
 def ignore_patterns(plugin_dir: Path) -> list[str]:
@@ -40,23 +44,26 @@ def ignored(relative: str, patterns: list[str]) -> bool:
     return False
 
 
-def package_files(plugin_dir: Path) -> list[Path]:
-    """Return the files that go into the package, sorted."""
+def package_files(plugin_dir: Path) -> dict[str, Path]:
+    """Return the files that go into the package by their path inside it, sorted: the folder's own, and those it
+    shares with another plugin's folder (SHARED_FROM)."""
     patterns = ignore_patterns(plugin_dir)
-    files = [p for p in plugin_dir.rglob("*") if p.is_file()]
-    return sorted(p for p in files if not ignored(p.relative_to(plugin_dir).as_posix(), patterns))
+    files = {p.relative_to(plugin_dir).as_posix(): p for p in plugin_dir.rglob("*") if p.is_file()}
+    if plugin_dir in SHARED_FROM:
+        files.update({name: SHARED_FROM[plugin_dir] / name for name in SHARED_FILES})
+    return {name: files[name] for name in sorted(files) if not ignored(name, patterns)}
 
 
 def build(output: Path, plugin_dir: Path = PLUGIN_DIR) -> Path:
     """Write the package and return its path; refuse one larger than the daemon accepts."""
     files = package_files(plugin_dir)
-    size = sum(p.stat().st_size for p in files)
+    size = sum(p.stat().st_size for p in files.values())
     if size > MAX_BYTES:
         raise SystemExit(f"plugin is {size} bytes uncompressed; the daemon accepts at most {MAX_BYTES}")
     output.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(output, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for path in files:
-            archive.write(path, path.relative_to(plugin_dir).as_posix())
+        for name, path in files.items():
+            archive.write(path, name)
     return output
 
 

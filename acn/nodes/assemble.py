@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from acn.assembly.assemble import AssembleRequest, AssembleResponse, assemble
+from acn.assembly.assemble import assemble
+from acn.assembly.models import AssembleRequest, AssembleResponse
 from acn.common import degraded
 from acn.nodes.spec import Description, NodeSpec
 from acn.services.deps import Deps

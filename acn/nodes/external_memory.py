@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from acn.common.models import IDENTIFIER_PATTERN, INT64_MAX, Message, Namespace, NodeResponse
-from acn.compaction.record import RecordTurnRequest, record
+from acn.memory.lines import render_memory
 from acn.nodes.spec import Description, NodeSpec
-from acn.retrieval.memory_lines import render_memory
-from acn.retrieval.rank import MAX_QUERY_CHARS, MemoryRetrieveRequest, cut, rank
+from acn.recording.record_turn import RecordTurnRequest, record
+from acn.retrieval.hybrid_rank import MAX_QUERY_CHARS, MemoryRetrieveRequest, cut, rank
 from acn.services.deps import Deps
 from acn.text.lang import detect_language
 

@@ -9,9 +9,9 @@ from pydantic import Field
 from acn.common import degraded
 from acn.common.models import NodeResponse
 from acn.common.stored import memory_problem
+from acn.memory.lines import render_memories
 from acn.nodes.spec import Description, NodeSpec
-from acn.retrieval.memory_lines import render_memories
-from acn.retrieval.rank import MemoryRetrieveRequest, RetrievedMemory, cut, rank
+from acn.retrieval.hybrid_rank import MemoryRetrieveRequest, RetrievedMemory, cut, rank
 from acn.services.deps import Deps
 from acn.text.lang import detect_language
 from acn.text.triggers import needs_memory

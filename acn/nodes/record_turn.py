@@ -1,10 +1,13 @@
-"""record_turn: append a turn, archive it verbatim, edit the buffer, extract memories, compact if due."""
+"""record_turn: append a turn, archive it verbatim, edit the buffer, extract memories, compact if due.
+
+The pipeline is acn/recording/record_turn.py (the Dify external-memory node records through it too).
+"""
 
 from __future__ import annotations
 
 from acn.common.errors import PackError
-from acn.compaction.record import RecordTurnRequest, RecordTurnResponse, record
 from acn.nodes.spec import Description, NodeSpec
+from acn.recording.record_turn import RecordTurnRequest, RecordTurnResponse, record
 from acn.services.deps import Deps
 
 

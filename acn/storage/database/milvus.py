@@ -67,7 +67,9 @@ class MilvusStore(MemoryStore):
         self._columns: dict[str, ColumnInsert | None] = {}  # Lite collections' column inserts (None: by rows)
         self._templates = False
         self._partial: bool | None = None  # partial upserts supported (asked of a server once)
-        self._flushes = Flushes(is_server=self.is_server, flush_every=flush_every,
+        # When writes are flushed (flushing.py): its counters (unflushed, unflushed_in, write_count, trims) are read
+        # through this attribute.
+        self.flushes = Flushes(is_server=self.is_server, flush_every=flush_every,
                                 flush_every_unsearched=flush_every_unsearched, flush_interval=flush_interval,
                                 trim=trim if trim_after_flush else None, write_lock=self._write_lock,
                                 flush_gate=self._flush_gate, flush_one=self._flush_one,
@@ -93,16 +95,16 @@ class MilvusStore(MemoryStore):
                 self._client = MilvusClient(**kwargs)
         except Exception as error:  # pymilvus raises several unrelated types for "cannot open"
             raise StoreUnavailableError(open_failure(self.uri, error)) from error
-        self._flushes.start()
+        self.flushes.start()
         return self
 
     def close(self) -> None:
-        self._flushes.stop()
+        self.flushes.stop()
         with self._write_lock:
             if self._client is None:
                 return
             try:
-                self._flushes.flush_locked()
+                self.flushes.flush_locked()
             except StoreUnavailableError:
                 # The server is gone: its own log holds the writes; there is nothing more to flush from here.
                 log.warning("final flush failed; closing anyway", exc_info=True)
@@ -260,7 +262,7 @@ class MilvusStore(MemoryStore):
     def _write(self, collection: str, count: int, operation: Callable[[MilvusClient], object]) -> None:
         with self._write_lock:
             self._call(operation)
-            self._flushes.written(collection, count)
+            self.flushes.written(collection, count)
 
     @contextmanager
     def background(self) -> Iterator[None]:
@@ -288,33 +290,13 @@ class MilvusStore(MemoryStore):
         with self._write_lock:
             pass
 
-    def write_count(self, collection: str) -> int:
-        """Writes (inserts, upserts, partial updates, deletes) this store has made to a collection: a reader that
-        saw the same count before and after its read knows that no write of this process came between."""
-        return self._flushes.write_count(collection)
-
     def lock_stats(self) -> dict[str, float]:
         """What the write lock cost, for metrics and benchmarks (see WriteLock.stats)."""
         return self._write_lock.stats()
 
     def flush(self) -> None:
         with self._write_lock:
-            self._flushes.flush_locked()
-
-    @property
-    def unflushed(self) -> int:
-        """Writes not yet flushed to segments."""
-        return self._flushes.unflushed
-
-    @property
-    def flushes(self) -> Flushes:
-        """The flush policy's counters (unflushed writes per collection, trims made)."""
-        return self._flushes
-
-    @property
-    def trims(self) -> int:
-        """Trims of malloc's free pages made after background flushes (tests and benchmarks read them)."""
-        return self._flushes.trims
+            self.flushes.flush_locked()
 
     def _flush_one(self, collection: str) -> None:
         self._call(lambda client: client.flush(collection))
@@ -323,7 +305,7 @@ class MilvusStore(MemoryStore):
 
     def search_text(self, collection: str, query: str, *, limit: int, where: Filter,
                     fields: list[str]) -> list[Hit]:
-        self._flushes.searched.add(collection)
+        self.flushes.searched.add(collection)
         result = self._read(lambda c: c.search(
             collection, data=[query], anns_field="sparse", limit=min(limit, MAX_WINDOW),
             output_fields=fields, search_params={"metric_type": "BM25"}, **self._read_kwargs(where)))
@@ -333,7 +315,7 @@ class MilvusStore(MemoryStore):
 
     def search_dense(self, collection: str, vector: list[float], *, limit: int, where: Filter,
                      fields: list[str]) -> list[Hit]:
-        self._flushes.searched.add(collection)
+        self.flushes.searched.add(collection)
         result = self._read(lambda c: c.search(
             collection, data=[vector], anns_field="dense", limit=min(limit, MAX_WINDOW),
             output_fields=fields, search_params={"metric_type": "COSINE"}, **self._read_kwargs(where)))

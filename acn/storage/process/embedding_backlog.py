@@ -17,7 +17,7 @@ thread of its own at nice 10 (the engine releases the GIL: it costs the requests
 store work stays on the worker thread at normal priority, since it holds locks the requests need (a thread at nice
 10 holding a lock on a loaded machine was descheduled while requests waited).
 Vectors are written WRITE_ROWS at a time, each under one short hold of write_order, with the rows re-read before
-the hold (read again inside it only if a write of this process came between: MilvusStore.write_count), and in
+the hold (read again inside it only if a write of this process came between: MilvusStore.flushes.write_count), and in
 the store's background mode: a request waiting for the store's write lock goes first, and these writes do not
 make the store flush in the pause after each batch (MilvusStore.background).
 
@@ -337,6 +337,6 @@ def _wait_for_writes(store: Any) -> None:
 
 
 def _write_count(store: Any, collection: str) -> int | None:
-    """The store's count of writes to the collection (MilvusStore.write_count), or None if it keeps none."""
-    count = getattr(store, "write_count", None)
-    return count(collection) if callable(count) else None
+    """The store's count of writes to the collection (MilvusStore.flushes.write_count), or None if it keeps none."""
+    flushes = getattr(store, "flushes", None)
+    return int(flushes.write_count(collection)) if flushes is not None else None

@@ -89,10 +89,12 @@ class MemoryRepository:
         self.sealer = sealer
         self.spec = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is not None)
         self._twin = memory_spec(prefix, embedder.dim if embedder else 0, sealed=sealer is None)
+        # The name of the encrypted memories collection (this one or its twin).
+        self.sealed_collection = self.spec.name if sealer is not None else self._twin.name
         # The store's secret (acn/storage/database/store_facts.py), for deterministic ids another tenant cannot predict;
         # Runtime.open sets it (a repository built without one, in tests, keys with a fixed one).
         self.secret = b"acn unkeyed repository"
-        self._raw_store = store
+        self.raw_store = store  # the store under the encryption wrapper (rows as stored)
         self.store: MemoryStore = SealedStore(store, sealer, {self.spec.name}) if sealer else store
         self._clock = SessionClock(self._latest_in_session)
         self._locks = NamespaceLocks()
@@ -108,7 +110,7 @@ class MemoryRepository:
                                max_bytes=cache_bytes, background=warm_in_background) if exclusive else None
         # What a session needs of its own rows, by primary key: no read scans the collection for a new session.
         # member_pages=False: no session is loaded by id (what a process that is one of several writers does).
-        self.heads = MemoryHeads(self._raw_store, prefix=prefix, exclusive=exclusive, pages=member_pages)
+        self.heads = MemoryHeads(self.raw_store, prefix=prefix, exclusive=exclusive, pages=member_pages)
         self._heads_background = warm_in_background
         self.heads.write_order = self.write_order
         if self.cache is not None:
@@ -119,11 +121,6 @@ class MemoryRepository:
         self.held = HeldIndexes(self.cache) if self.cache is not None else None
         self.kept = Kept(self.cache)
         self.queries = MemoryQueries(self)
-
-    @property
-    def raw_store(self) -> MemoryStore:
-        """Return the store under the encryption wrapper (rows as stored)."""
-        return self._raw_store
 
     def _query(self, where: Filter, fields: list[str], limit: int) -> list[Record]:
         # self.store, not a bound method kept by the cache: open() may replace the store (RefusedStore).
@@ -139,7 +136,7 @@ class MemoryRepository:
         Memories written with the other key setting, or with another key, are refused: every read and write then
         answers encryption_key_error (the server still starts, as with encrypted session snapshots).
         """
-        existed = self.existed = self._raw_store.exists(self.spec.name)
+        existed = self.existed = self.raw_store.exists(self.spec.name)
         # A new collection beside memories written under another embedder: see acn/storage/repositories/row_moves.py.
         self.created = not existed
         self.store.ensure(self.spec)
@@ -152,7 +149,7 @@ class MemoryRepository:
             self.spec = memory_spec(self.prefix, self.spec.dense_dim, sealed=self.sealer is not None, flagged=False)
         if self.flagged and self.cache is not None:
             self.cache.extra_fields = [EMBEDDED_FIELD]
-        problem = sealing_problem(self._raw_store, self.spec, self._twin, self.sealer)
+        problem = sealing_problem(self.raw_store, self.spec, self._twin, self.sealer)
         if problem is not None:
             log.error("memories refused: %s", problem.message)
             self.store = RefusedStore(self.store, problem)
@@ -176,11 +173,6 @@ class MemoryRepository:
             self.store.search_text(self.spec.name, "warm", limit=1, where=tenant_filter("-"), fields=["id"])
         except Exception as error:  # only a warm-up: the first request reports any real problem itself
             log.debug("store warm-up search failed: %s", error)
-
-    @property
-    def sealed_collection(self) -> str:
-        """Return the name of the encrypted memories collection (this one or its twin)."""
-        return self.spec.name if self.sealer is not None else self._twin.name
 
     def digest(self, text: str) -> str:
         """Return a hex digest of text for ids derived from content, keyed: with the encryption key's derived key

@@ -19,11 +19,15 @@ from typing import Any
 
 from pymilvus import MilvusClient
 from pymilvus.client import ts_utils
-from pymilvus.client.call_context import _api_level_md
 from pymilvus.client.prepare import Prepare
 from pymilvus.client.utils import check_status
 
 from acn.storage.database.base import Record
+
+try:  # pymilvus >= 2.6: the metadata its own calls send (2.5, the engine tests' pymilvus, has no call context)
+    from pymilvus.client.call_context import _api_level_md
+except ImportError:  # pragma: no cover - exercised by the engine environment
+    _api_level_md = None
 
 log = logging.getLogger("acn.store")
 
@@ -85,6 +89,9 @@ class ColumnInsert:
         requests at once that wait queued behind the interpreter lock (~5 ms a switch), twice a record_turn.
         """
         handler = client._get_connection()  # noqa: SLF001
+        if _api_level_md is None:
+            handler.batch_insert(self.collection, self.entities(rows), schema=self.schema)
+            return
         request = Prepare.batch_insert_param(self.collection, self.entities(rows), "", self.schema["fields"])
         response = handler._stub.Insert(request=request, metadata=_api_level_md(None))  # noqa: SLF001
         check_status(response.status)

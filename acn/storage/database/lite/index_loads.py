@@ -164,11 +164,6 @@ class IndexLoads:
                 return False
             time.sleep(0.02)
 
-    @property
-    def indexes_rows(self) -> int:
-        """Return the rows in-process indexes may hold in all (0: none kept, every search goes to the store)."""
-        return self._index_rows
-
     def prewarm(self, key: GroupKey) -> LocalIndex | None:
         """Load a session's index now, on the caller's thread (the start-up warmer's), tokenized before it returns;
         only one listed by id (member pages) or known empty: a session reached only by a scan is left cold. None

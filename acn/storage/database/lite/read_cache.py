@@ -90,6 +90,7 @@ class ReadCache(IndexLoads):
         # primary-key lookups, on the caller's thread, whatever the collection holds.
         self.member_ids: Callable[[GroupKey], list[str] | None] = lambda key: None
         self._index_rows = index_rows  # 0: no in-process index
+        self.indexes_rows = index_rows  # rows in-process indexes may hold in all (0: every search goes to the store)
         self._max_bytes = max_bytes  # session indexes and parked objects, in all (estimated: see nbytes)
         # Session indexes waiting for the background loader (see local_index).
         self._background = background

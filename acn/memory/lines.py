@@ -1,11 +1,17 @@
-"""Memories as lines a model reads: source tags (kind, turns, date), speaker labels, one line per memory."""
+"""Memories as lines a model reads: source tags (kind, turns, date), speaker labels, one line per memory.
+
+The one place a memory becomes text: memory_retrieve's `text`, the assemble memory layer (its lines and day
+headers; acn/assembly/layers.py makes them into items), Dify's external memory and the inspector's labels.
+"""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from acn.common.models import Memory
-from acn.retrieval.rank import RetrievedMemory
+from acn.common.row_memo import remembered
 from acn.text.dates import normalise_date
 
 KIND_LABELS_ZH = {
@@ -13,6 +19,8 @@ KIND_LABELS_ZH = {
     "todo": "待办", "artifact": "产出", "knowledge": "知识", "summary": "摘要", "turn": "原话",
 }
 ROLE_LABELS_ZH = {"user": "用户", "assistant": "助手", "tool": "工具"}
+KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
+UNDATED_TAG = {"zh": "[来自记忆]", "en": "[from memory]"}
 
 
 def source_tag(memory: Memory, language: str) -> str:
@@ -64,7 +72,7 @@ def turns_label(turn_range: list[int], language: str) -> str:
     return f"turn {span}" if first == last else f"turns {span}"
 
 
-def render_memories(memories: list[RetrievedMemory] | list[Memory], language: str) -> str:
+def render_memories(memories: Sequence[Memory], language: str) -> str:
     """Return one tagged line per memory; an archived message names its speaker."""
     return "\n".join(render_memory(m, language) for m in memories)
 
@@ -73,3 +81,48 @@ def render_memory(memory: Memory, language: str) -> str:
     """Return one memory as a tagged line: `[tag] content`, or `[tag] speaker: content` for a message."""
     speaker = speaker_label(memory, language)
     return f"{source_tag(memory, language)} {speaker + ': ' if speaker else ''}{memory.content}"
+
+
+def memory_line(memory: Memory, language: str) -> tuple[str, str]:
+    """Return a memory's line and its group header ("" when the line carries its own tag).
+
+    Every call renders its whole candidate pool (about 200 memories at 4,000 tokens) and a session's calls share
+    most of it, so a line is kept with the memory object it was made of (acn/common/row_memo.py), with exactly
+    what it was made of (source_tag and speaker_label read no other field): another session's rows never push it
+    out, and a changed field makes it again.
+    """
+    meta = memory.meta
+    key = (memory.kind, memory.content, memory.turn_range, bool(memory.valid_to), memory.scope, memory.created_at,
+           meta.get("time"), meta.get("date"), meta.get("name"), meta.get("role"))
+    return remembered(memory, f"line:{language}", key, operator.eq, lambda: _render_line(memory, language))
+
+
+def _render_line(memory: Memory, language: str) -> tuple[str, str]:
+    header = dated_header(memory, language)
+    line = f"{speaker_label(memory, language)}: {memory.content}" if header else render_memories([memory], language)
+    return line, header
+
+
+def dated_header(memory: Memory, language: str) -> str:
+    """Return the shared header of an archived message that has a date and a speaker, else ""."""
+    when = memory.meta.get("time") or memory.meta.get("date")
+    if memory.kind != "turn" or not (isinstance(when, str) and when.strip()) or not speaker_label(memory, language):
+        return ""
+    if when.strip() in memory.content or normalise_date(when) in memory.content:
+        # The message states its date itself (a diary line, a memory bank entry): a dated header per message
+        # would only repeat it, ~12 tokens a line, so such messages share one undated header.
+        return UNDATED_TAG["zh" if language == "zh" else "en"]
+    return source_tag(memory, language)
+
+
+def short_header(header: str, language: str) -> str:
+    """Return a dated group header without its "from memory" words (`[来自记忆 · 2024-08-31]` -> `[2024-08-31]`),
+    or "" when it has nothing else to say.
+
+    The day headers of a context's memory layer are most of its tags: on zh-daily at 1,000 tokens ~17 of them at
+    15 tokens each (`[2024-08-31]` is 8), the room of five more messages. The layer's first header keeps the
+    words, and sources[] keeps each line's id, kind, turns and meta. The fit writes a short header without the
+    year the header before it said (`[08-31]`, 5 tokens; acn/assembly/fit.py header_line).
+    """
+    prefix = UNDATED_TAG["zh" if language == "zh" else "en"][:-1] + " · "
+    return "[" + header[len(prefix):] if header.startswith(prefix) else ""

@@ -6,7 +6,7 @@
 # Declare outputs: system_text (String), prompt (String), memory_text (String), messages_json (String),
 #                  total_tokens (Integer).
 # Coze runs `main` with `args.params` holding the inputs; `Args` and `Output` are defined by the runner.
-# Prefer the plugin import or an HTTP request node (acn/integrations/coze/README.md). Runners differ: the
+# Prefer the plugin import or an HTTP request node (integrations/coze/README.md). Runners differ: the
 # sandbox runner reaches only the hosts in CODE_RUNNER_ALLOW_NET (default cdn.jsdelivr.net: the operator must add
 # the server's domain); coze-studio's "direct"/local runner has httpx but, since its import restrictions
 # (GHSA-pfc8-gmgc-5pwq), blocks the ssl/socket/http modules every HTTP client needs.

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from acn.retrieval.hybrid_rank import Ranked, memory_terms
 from acn.retrieval.intent import wants_many
 from acn.retrieval.query_focus import focus
-from acn.retrieval.rank import Ranked, memory_terms
 from acn.text.terms import content_terms
 
 log = logging.getLogger("acn.retrieve")

@@ -1,5 +1,6 @@
-"""Recording a turn (the record_turn node's pipeline): append, archive verbatim, edit the buffer, extract
-memories, compact if due; external callers (Dify's external memory) record events through `record`."""
+"""Recording a turn, the record_turn node's pipeline (acn/nodes/record_turn.py is the node over it): append,
+archive verbatim, edit the buffer, extract memories, compact if due; external callers (Dify's external memory)
+record events through `record`."""
 
 from __future__ import annotations
 

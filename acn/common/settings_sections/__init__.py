@@ -1,0 +1,1 @@
+"""The sections of `Settings` (acn/common/settings.py composes them), one module each."""
