@@ -51,6 +51,7 @@ from acn.storage.memory_rows import (
     with_client_id,
 )
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
+from acn.storage.user_archive import earlier_hits, has_earlier
 
 T = TypeVar("T")
 CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
@@ -614,14 +615,16 @@ class MemoryRepository(MemoryQueries):
 
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
                text_query: str | None = None, within: Namespace | None = None,
-               distinct: bool = False) -> list[Scored]:
+               distinct: bool = False, earlier: bool = False) -> list[Scored]:
         """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
 
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
         With `within`, only the rows that namespace's session can read are searched (group_filter); with a Lite
         file they are then searched in memory (acn/storage/lite/local_index.py). With `distinct`, each list holds one
-        copy of a text (one_per_text): a line repeated across a session takes one place, not many.
+        copy of a text (one_per_text): a line repeated across a session takes one place, not many. With
+        `earlier` and a user, the user's archived messages of their other conversations are candidates too
+        (acn/storage/user_archive.py), merged into the same lists.
         """
         flt = tenant_filter(tenant).and_(where)
         if within is not None:
@@ -629,11 +632,14 @@ class MemoryRepository(MemoryQueries):
         if not query.strip():
             return []
         indexes = self._held_indexes(tenant, within, flt, searching=True) if within is not None else None
-        if indexes is None and within is not None and self.readable_empty(tenant, within):
+        earlier = earlier and within is not None and has_earlier(self, tenant, within)
+        nothing_own = indexes is None and within is not None and self.readable_empty(tenant, within)
+        if nothing_own and not earlier:
             return []
         vector = self._query_vector(query)
         dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit
+        text_hits, dense_hits = [], []
         if indexes is not None:
             text_hits = merged_hits([index.search_text(text_query or query, where_here, text_limit,
                                                        distinct=distinct)
@@ -641,7 +647,7 @@ class MemoryRepository(MemoryQueries):
             dense_hits = merged_hits([index.search_dense(vector, where_here, vector_limit, distinct=distinct)
                                       for index, where_here in each(indexes, dense_flt)],
                                      vector_limit, distinct) if vector is not None else []
-        else:
+        elif not nothing_own:
             self.store_cold = False  # Lite's search structures are built by this search: later loads need not wait
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
             text_hits = self._store_hits(self.store.search_text(
@@ -652,6 +658,11 @@ class MemoryRepository(MemoryQueries):
                 fields=OUTPUT_FIELDS)) if vector is not None else []
             if distinct:
                 text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
+        if earlier and within is not None:  # ranked with the conversation's own (issue 48)
+            more_text, more_dense = earlier_hits(self, tenant, within, text_query or query, vector,
+                                                 (text_limit, vector_limit), distinct)
+            text_hits = merged_hits([text_hits, more_text], text_limit, distinct)
+            dense_hits = merged_hits([dense_hits, more_dense], vector_limit, distinct)
         found: dict[str, Scored] = {}
         for position, (memory, score) in enumerate(text_hits, start=1):
             found[memory.id] = Scored(memory, bm25=score, bm25_rank=position if score > 0 else None)

@@ -1,0 +1,93 @@
+"""A returning user's earlier conversations as search candidates (issue 48): the user's archived messages of their
+other conversations with the agent, searched beside the conversation's own rows and ranked with them.
+
+On a Lite file they are searched in the in-process index of the user's archive (memory_rows.user_turns_group),
+shared by every conversation of the user and kept current by every write: a request reads none of the user's
+rows from the store once it is held. The index is searched with one filter whatever the conversation (so its mask
+is kept), and the asking conversation's own messages are dropped from the hits afterwards: they are the session's
+own candidates already. A user with no message outside this conversation costs no search (has_earlier).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from acn.common.models import Memory, Namespace
+from acn.storage.base import Filter, Hit
+from acn.storage.lite.local_index import DISTINCT_FETCH
+from acn.storage.memory_rows import (
+    EMBEDDED,
+    OUTPUT_FIELDS,
+    QUERY_WINDOW,
+    from_record,
+    one_per_text,
+    tenant_filter,
+    user_turns_group,
+)
+
+if TYPE_CHECKING:
+    from acn.storage.memories import MemoryRepository
+
+Hits = list[tuple[Memory, float]]
+LIVE = Filter("valid_to == 0")
+
+
+def has_earlier(repository: MemoryRepository, tenant: str, namespace: Namespace) -> bool:
+    """Return True when the user may have archived messages in another conversation with the agent (a user's
+    first conversation: False, from the member pages, so it searches nothing more)."""
+    user = namespace.user_id
+    if not user or repository.heads.user_empty(tenant, namespace.agent_id, user, "turns"):
+        return False
+    archive = repository.heads.user_member_ids(tenant, namespace.agent_id, user, "turns")
+    own = repository.heads.member_ids(tenant, namespace) if archive else None
+    if archive is None or own is None:
+        return archive is None  # not kept (a server): the store's search answers
+    if len(archive) > len(own):  # more messages than the conversation reads at all: some are another's
+        return True
+    known = set(own)
+    return any(member not in known for member in archive)
+
+
+def earlier_filter(tenant: str, namespace: Namespace) -> Filter:
+    """Return the store's filter of the user's live archived messages of their other conversations."""
+    return tenant_filter(tenant).and_(Filter(
+        'agent_id == {earlier_agent} and kind == "turn" and user_id == {earlier_user} and '
+        'session_id != {earlier_session} and valid_to == 0',
+        {"earlier_agent": namespace.agent_id, "earlier_user": namespace.user_id or "",
+         "earlier_session": namespace.session_id}))
+
+
+def earlier_hits(repository: MemoryRepository, tenant: str, namespace: Namespace, text: str,
+                 vector: list[float] | None, limits: tuple[int, int], distinct: bool) -> tuple[Hits, Hits]:
+    """Return the BM25 and dense hits (best first, at most `limits` each) among the user's archived messages of
+    their other conversations with the agent."""
+    text_limit, dense_limit = limits
+    if repository.cache is not None:
+        held = tenant_filter(tenant).and_(LIVE)  # the same filter in every conversation: the index keeps its mask
+        index = repository.cache.group_index((tenant, namespace.agent_id, user_turns_group(namespace.user_id or "")),
+                                             held)
+        if index is not None:
+            dense = held.and_(EMBEDDED) if repository.flagged else held
+            own = namespace.session_id
+            # The conversation's own messages are dropped after the search: fetch as many more as it may hold.
+            text_hits = [hit for hit in index.search_text(text, held, text_limit * 2, distinct=distinct)
+                         if hit[0].session_id != own][:text_limit]
+            dense_hits = [hit for hit in index.search_dense(vector, dense, dense_limit * 2, distinct=distinct)
+                          if hit[0].session_id != own][:dense_limit] if vector is not None else []
+            return text_hits, dense_hits
+    where = earlier_filter(tenant, namespace)
+    fetch = DISTINCT_FETCH if distinct else 1
+    store = repository.store
+    text_hits = _as_hits(store.search_text(repository.spec.name, text, where=where, fields=OUTPUT_FIELDS,
+                                                        limit=min(text_limit * fetch, QUERY_WINDOW)))
+    dense_where = where.and_(EMBEDDED) if repository.flagged else where
+    dense_hits = _as_hits(store.search_dense(
+        repository.spec.name, vector, where=dense_where, fields=OUTPUT_FIELDS,
+        limit=min(dense_limit * fetch, QUERY_WINDOW))) if vector is not None else []
+    if distinct:
+        return one_per_text(text_hits, text_limit), one_per_text(dense_hits, dense_limit)
+    return text_hits, dense_hits
+
+
+def _as_hits(hits: list[Hit]) -> Hits:
+    return [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in hits]
