@@ -6,6 +6,10 @@ shared by every conversation of the user and kept current by every write: a requ
 rows from the store once it is held. The index is searched with one filter whatever the conversation (so its mask
 is kept), and the asking conversation's own messages are dropped from the hits afterwards: they are the session's
 own candidates already. A user with no message outside this conversation costs no search (has_earlier).
+
+The archive is searched for the input's words without its function words (archive_query): a message of another
+conversation that shares only "我" or "the" with the input is no reason to bring it back, and a returning user with
+hundreds of conversations would otherwise rank hundreds of such matches on every call (bench/user_cost.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from acn.storage.memory_rows import (
     tenant_filter,
     user_turns_group,
 )
+from acn.text.terms import STOP_EN, STOP_ZH, bm25_tokens
 
 if TYPE_CHECKING:
     from acn.storage.memories import MemoryRepository
@@ -48,6 +53,12 @@ def has_earlier(repository: MemoryRepository, tenant: str, namespace: Namespace)
     return any(member not in known for member in archive)
 
 
+def archive_query(text: str) -> str:
+    """Return what the archive is searched for: the text's BM25 tokens without function words or punctuation."""
+    return " ".join(token for token in bm25_tokens(text)
+                    if token not in STOP_ZH and token not in STOP_EN and any(char.isalnum() for char in token))
+
+
 def earlier_filter(tenant: str, namespace: Namespace) -> Filter:
     """Return the store's filter of the user's live archived messages of their other conversations."""
     return tenant_filter(tenant).and_(Filter(
@@ -62,6 +73,7 @@ def earlier_hits(repository: MemoryRepository, tenant: str, namespace: Namespace
     """Return the BM25 and dense hits (best first, at most `limits` each) among the user's archived messages of
     their other conversations with the agent."""
     text_limit, dense_limit = limits
+    text = archive_query(text)
     if repository.cache is not None:
         held = tenant_filter(tenant).and_(LIVE)  # the same filter in every conversation: the index keeps its mask
         index = repository.cache.group_index((tenant, namespace.agent_id, user_turns_group(namespace.user_id or "")),
@@ -71,7 +83,7 @@ def earlier_hits(repository: MemoryRepository, tenant: str, namespace: Namespace
             own = namespace.session_id
             # The conversation's own messages are dropped after the search: fetch as many more as it may hold.
             text_hits = [hit for hit in index.search_text(text, held, text_limit * 2, distinct=distinct)
-                         if hit[0].session_id != own][:text_limit]
+                         if hit[0].session_id != own][:text_limit] if text else []
             dense_hits = [hit for hit in index.search_dense(vector, dense, dense_limit * 2, distinct=distinct)
                           if hit[0].session_id != own][:dense_limit] if vector is not None else []
             return text_hits, dense_hits
@@ -79,7 +91,7 @@ def earlier_hits(repository: MemoryRepository, tenant: str, namespace: Namespace
     fetch = DISTINCT_FETCH if distinct else 1
     store = repository.store
     text_hits = _as_hits(store.search_text(repository.spec.name, text, where=where, fields=OUTPUT_FIELDS,
-                                                        limit=min(text_limit * fetch, QUERY_WINDOW)))
+                                           limit=min(text_limit * fetch, QUERY_WINDOW))) if text else []
     dense_where = where.and_(EMBEDDED) if repository.flagged else where
     dense_hits = _as_hits(store.search_dense(
         repository.spec.name, vector, where=dense_where, fields=OUTPUT_FIELDS,
