@@ -38,7 +38,14 @@ def archived_at(namespace: Namespace, places: Iterable[Place], deps: Deps) -> li
     for session, turn in places:
         if session == namespace.session_id or (session and namespace.user_id):
             turns.setdefault(session, set()).add(turn)
+    own = turns.pop(namespace.session_id, None)
     found: list[Memory] = []
+    if turns:  # other conversations': from the index of the user's archive when it is held (no load per conversation)
+        held = deps.memories.earlier_at(deps.tenant, namespace, [(s, t) for s, wanted in turns.items() for t in wanted])
+        if held is not None:
+            found, turns = [m for m in held if m.user_id == namespace.user_id], {}
+    if own is not None:
+        turns[namespace.session_id] = own
     for session, wanted in sorted(turns.items()):
         where = namespace if session == namespace.session_id else Namespace(
             agent_id=namespace.agent_id, session_id=session, user_id=namespace.user_id)

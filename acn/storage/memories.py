@@ -51,7 +51,7 @@ from acn.storage.memory_rows import (
     with_client_id,
 )
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
-from acn.storage.user_archive import earlier_hits, has_earlier
+from acn.storage.user_archive import archive_query, earlier_at, earlier_hits, has_earlier
 
 T = TypeVar("T")
 CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
@@ -155,6 +155,11 @@ class MemoryRepository(MemoryQueries):
         hits = self._store_hits(self.store.search_text(self.spec.name, query, limit=limit, where=where,
                                                        fields=OUTPUT_FIELDS))
         return [memory for memory, score in one_per_text(hits, limit) if score > 0]
+
+    def earlier_at(self, tenant: str, namespace: Namespace, places: Sequence[tuple[str, int]]) -> list[Memory] | None:
+        """Return the user's archived messages at these (session id, turn) places of their conversations, from the
+        index of their archive (None: not held): see acn/storage/user_archive.py."""
+        return earlier_at(self, tenant, namespace, places)
 
     @property
     def raw_store(self) -> MemoryStore:
@@ -639,11 +644,14 @@ class MemoryRepository(MemoryQueries):
         vector = self._query_vector(query)
         dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit
+        text = text_query or query
         text_hits, dense_hits = [], []
         if indexes is not None:
-            text_hits = merged_hits([index.search_text(text_query or query, where_here, text_limit,
-                                                       distinct=distinct)
-                                     for index, where_here in each(indexes, flt)], text_limit, distinct)
+            # The user's index (the second) by the input's content words, as their archive (user_archive.py).
+            text_hits = merged_hits([index.search_text(text if at == 0 else archive_query(text), where_here,
+                                                       text_limit, distinct=distinct)
+                                     for at, (index, where_here) in enumerate(each(indexes, flt))], text_limit,
+                                    distinct)
             dense_hits = merged_hits([index.search_dense(vector, where_here, vector_limit, distinct=distinct)
                                       for index, where_here in each(indexes, dense_flt)],
                                      vector_limit, distinct) if vector is not None else []

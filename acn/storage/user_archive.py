@@ -7,13 +7,16 @@ rows from the store once it is held. The index is searched with one filter whate
 is kept), and the asking conversation's own messages are dropped from the hits afterwards: they are the session's
 own candidates already. A user with no message outside this conversation costs no search (has_earlier).
 
-The archive is searched for the input's words without its function words (archive_query): a message of another
-conversation that shares only "我" or "the" with the input is no reason to bring it back, and a returning user with
-hundreds of conversations would otherwise rank hundreds of such matches on every call (bench/user_cost.py).
+The archive (and the index of the user's memories: MemoryRepository.search) is searched for the input's words
+without its function words (archive_query): a message or memory of another conversation that shares only "我" or
+"the" with the input is no reason to bring it back, and a returning user with hundreds of conversations would
+otherwise rank hundreds of such matches on every call (bench/user_cost.py: 600 memories and 2,400 messages matched
+"给我推荐点零食吧" by 我 alone).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from acn.common.models import Memory, Namespace
@@ -99,6 +102,17 @@ def earlier_hits(repository: MemoryRepository, tenant: str, namespace: Namespace
     if distinct:
         return one_per_text(text_hits, text_limit), one_per_text(dense_hits, dense_limit)
     return text_hits, dense_hits
+
+
+def earlier_at(repository: MemoryRepository, tenant: str, namespace: Namespace,
+               places: Iterable[tuple[str, int]]) -> list[Memory] | None:
+    """Return the user's live archived messages at these (session id, turn) places, from the index of their
+    archive, in stored order (None: not held; each conversation's own archive answers)."""
+    if repository.cache is None or not namespace.user_id:
+        return None
+    key = (tenant, namespace.agent_id, user_turns_group(namespace.user_id))
+    index = repository.cache.group_index(key, tenant_filter(tenant).and_(LIVE))
+    return None if index is None else index.at_places(places)
 
 
 def _as_hits(hits: list[Hit]) -> Hits:
