@@ -56,10 +56,19 @@ def has_earlier(repository: MemoryRepository, tenant: str, namespace: Namespace)
     return any(member not in known for member in archive)
 
 
+# English function words only: STOP_EN's verbs and adverbs of time ("go", "think", "before", "again") say what a
+# question is about (LoCoMo dev with all of STOP_EN left out: 85.1 / 89.7 / 93.5 at 1k / 2k / 4k).
+FUNCTION_EN = STOP_EN - frozenset("""
+go going like get got think know tell told said say says much many one something thing things kind lot sure well
+way before after again once during until above below against between through further more most few same other own
+off over under out up down now then only very too also ever still really no not nor
+""".split())
+
+
 def archive_query(text: str) -> str:
     """Return what the archive is searched for: the text's BM25 tokens without function words or punctuation."""
     return " ".join(token for token in bm25_tokens(text)
-                    if token not in STOP_ZH and token not in STOP_EN and any(char.isalnum() for char in token))
+                    if token not in STOP_ZH and token not in FUNCTION_EN and any(char.isalnum() for char in token))
 
 
 def earlier_filter(tenant: str, namespace: Namespace) -> Filter:
