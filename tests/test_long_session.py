@@ -129,3 +129,19 @@ def test_a_stored_row_is_checked_once_and_again_when_it_changes() -> None:
     assert memory_problem(row.model_copy(update={"meta": {"x": float("inf")}})) == "meta number is not finite"
     row.updated_at = 2**62
     assert memory_problem(row) == "updated_at must be a UTC epoch-millisecond time within 100 years of now"
+
+
+def test_segment_relevance_is_the_share_of_the_querys_bigrams_in_the_text() -> None:
+    """relevance looks the query's bigrams up in the folded text instead of building the text's bigram set (a
+    segment's text changes every turn): the same number as the sets' for any text, one-character ones included."""
+    from acn.assembly.layers import relevance
+    from acn.text.similarity import shingles
+
+    rng = random.Random(11)
+    alphabet = "订单号金额元退款电话ABab12 ，。!？-_"
+    for _ in range(2000):
+        query = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        wanted = shingles(query)
+        expected = len(wanted & shingles(text)) / len(wanted) if wanted else 0.0
+        assert relevance(query, text) == expected, (query, text)

@@ -48,7 +48,7 @@ class Counted:
             where = kwargs.get("where", args[0] if args and isinstance(args[0], Filter) else None)
             if name in ("upsert", "insert", "update_fields"):
                 read, scan = 0, False
-            elif name == "query" and where is not None and PRIMARY_KEY.fullmatch(where.template):
+            elif name in ("query", "delete") and where is not None and PRIMARY_KEY.fullmatch(where.template):
                 read, scan = len(next(iter(where.params.values()))), False
             else:
                 read, scan = self.rows_in(collection), True

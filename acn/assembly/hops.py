@@ -27,8 +27,8 @@ from typing import Protocol
 
 from acn.retrieval.dialogue import latest_utterances, spoken_text
 from acn.retrieval.query_focus import focus as read_focus
-from acn.retrieval.rank import Ranked
-from acn.text.terms import content_term_set, content_terms
+from acn.retrieval.rank import Ranked, memory_terms
+from acn.text.terms import content_terms
 
 # Both steps are on; bench.recall --ablate turns one off to measure what the other adds.
 FOCUS = True
@@ -117,7 +117,7 @@ def second_hops(question: str, first: list[Ranked], search: Search) -> list[list
     hits = [r for r in first if r.memory.kind == "turn"][:HOP_HITS]
     if not hits or coverage(hits[0], wanted) >= HOP_COVERAGE:
         return []
-    pool = [content_term_set(r.memory.content) for r in first]
+    pool = [memory_terms(r.memory) for r in first]
     found = []
     for hit in hits:
         hop = hop_query(hit, wanted, pool)
@@ -134,14 +134,14 @@ def second_hops(question: str, first: list[Ranked], search: Search) -> list[list
 
 def coverage(hit: Ranked, wanted: list[str]) -> float:
     """Return the share of the question's content terms the hit contains."""
-    terms = content_term_set(hit.memory.content)
+    terms = memory_terms(hit.memory)
     return sum(term in terms for term in wanted) / len(wanted)
 
 
 def hop_query(hit: Ranked, wanted: list[str], pool: list[frozenset[str]]) -> str:
     """Return the second hop's query: the hit's rarest terms the question lacks (its entity), then the question's
     terms the hit lacks (what is asked); "" when the hit adds nothing."""
-    have = content_term_set(hit.memory.content)
+    have = memory_terms(hit.memory)
     asked = set(wanted)
     limit = max(2.0, COMMON_SHARE * len(pool))
     frequency = {term: sum(term in terms for terms in pool) for term in have - asked}

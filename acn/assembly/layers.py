@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import operator
 
 from acn.assembly.fit import Item
 from acn.assembly.recall import message_order
 from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Segment
+from acn.common.row_memo import remembered
 from acn.compaction.segment_lines import LABELS, render_decision, render_header
 from acn.retrieval.memory_lines import render_memories, source_tag, speaker_label
 from acn.text.dates import normalise_date
@@ -16,9 +16,6 @@ from acn.text.similarity import normalise, shingles
 
 KNOWLEDGE_TAG = {"zh": "[知识]", "en": "[knowledge]"}
 UNDATED_TAG = {"zh": "[来自记忆]", "en": "[from memory]"}
-CACHED_LINES = 16384
-_LINES: OrderedDict[tuple[object, ...], tuple[str, str]] = OrderedDict()
-_LINES_LOCK = threading.Lock()
 
 
 def memory_items(memories: list[Memory], language: str) -> list[Item]:
@@ -48,30 +45,20 @@ def memory_line(memory: Memory, language: str) -> tuple[str, str]:
     """Return a memory's line and its group header ("" when the line carries its own tag).
 
     Every call renders its whole candidate pool (about 200 memories at 4,000 tokens) and a session's calls share
-    most of it, so lines are kept, keyed by exactly what they are made of (source_tag and speaker_label read no
-    other field).
+    most of it, so a line is kept with the memory object it was made of (acn/common/row_memo.py), with exactly
+    what it was made of (source_tag and speaker_label read no other field): another session's rows never push it
+    out, and a changed field makes it again.
     """
     meta = memory.meta
-    key = (memory.kind, memory.content, tuple(memory.turn_range or ()), bool(memory.valid_to), language,
-           memory.scope, memory.created_at // 86_400_000 if memory.scope == "user" else 0,
-           *(_plain(meta.get(field)) for field in ("time", "date", "name", "role")))
-    with _LINES_LOCK:
-        known = _LINES.get(key)
-        if known is not None:
-            _LINES.move_to_end(key)
-            return known
+    key = (memory.kind, memory.content, memory.turn_range, bool(memory.valid_to), memory.scope, memory.created_at,
+           meta.get("time"), meta.get("date"), meta.get("name"), meta.get("role"))
+    return remembered(memory, f"line:{language}", key, operator.eq, lambda: _render_line(memory, language))
+
+
+def _render_line(memory: Memory, language: str) -> tuple[str, str]:
     header = dated_header(memory, language)
     line = f"{speaker_label(memory, language)}: {memory.content}" if header else render_memories([memory], language)
-    with _LINES_LOCK:
-        _LINES[key] = (line, header)
-        if len(_LINES) > CACHED_LINES:
-            _LINES.popitem(last=False)
     return line, header
-
-
-def _plain(value: object) -> object:
-    """Return a meta value as a hashable key part (JSON objects and lists by their repr)."""
-    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
 
 
 def dated_header(memory: Memory, language: str) -> str:
@@ -127,9 +114,19 @@ def brief_segment(segment: Segment, language: str) -> str:
 
 
 def relevance(query: str, text: str) -> float:
-    """Return the share of the query's character bigrams found in text (0 when the query is empty)."""
+    """Return the share of the query's character bigrams found in text (0 when the query is empty).
+
+    A bigram of the query is one of the text's when it occurs in the folded text: looked up there, not in the
+    text's bigram set. A segment's text is most of the working state (~3,000 tokens) and changes every turn, so its
+    set was built anew on every assemble (issue 47: ~3,300 bigrams a call, interned one by one).
+    """
     wanted = shingles(query)
-    return len(wanted & shingles(text)) / len(wanted) if wanted else 0.0
+    if not wanted:
+        return 0.0
+    folded = normalise(text)
+    if len(folded) < 2:
+        return len(wanted & shingles(text)) / len(wanted)
+    return sum(1 for bigram in wanted if len(bigram) == 2 and bigram in folded) / len(wanted)
 
 
 def segment_items(segments: list[Segment], query: str, language: str, *, brief_only: bool) -> list[Item]:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from acn.common.models import MAX_TURN, Memory, check_json_value
+from acn.common.row_memo import remembered
 
 # 365.25 days: a year on average, leap days included.
 YEAR_MS = 31_557_600_000
@@ -71,26 +72,19 @@ def memory_problem(memory: Memory, now_ms: int | None = None) -> str | None:
 
     Remembered for the object with the values it read (the containers by identity: a copy that replaces one is
     checked again), so a row the in-process index serves turn after turn is checked when it is first read, not on
-    every call (issue 47: an assemble at turn 600 spent 14 % of its time here).
+    every call (issue 47: an assemble at turn 600 spent 14 % of its time here). Kept with the object
+    (acn/common/row_memo.py), so other sessions' rows never push it out.
     """
+    if now_ms is not None:
+        return _first_problem(memory, now_ms)
     key = (memory.created_at, memory.updated_at, memory.valid_to, memory.version, memory.turn_range,
            memory.source_ids, memory.meta, memory.history)
-    if now_ms is None:
-        seen = _CHECKED.get(id(memory))
-        if seen is not None and seen[0] is memory and _same(seen[1], key):
-            return seen[2]
+    return remembered(memory, "problem", key, _same, lambda: _first_problem(memory, None))
+
+
+def _first_problem(memory: Memory, now_ms: int | None) -> str | None:
     problems = memory_problems(memory, now_ms)
-    problem = f"{problems[0][0]} {problems[0][1]}" if problems else None
-    if now_ms is None:
-        if len(_CHECKED) >= CHECKED_ROWS:
-            _CHECKED.clear()  # the next calls check their rows again: cheaper than bookkeeping an order
-        _CHECKED[id(memory)] = (memory, key, problem)
-    return problem
-
-
-# Rows whose check is remembered (each entry holds its Memory, so its id is not reused while it is here).
-CHECKED_ROWS = 16_384
-_CHECKED: dict[int, tuple[Memory, tuple[Any, ...], str | None]] = {}
+    return f"{problems[0][0]} {problems[0][1]}" if problems else None
 
 
 def _same(seen: tuple[Any, ...], now: tuple[Any, ...]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import re
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pydantic import BeforeValidator, Field
 from acn.common import degraded
 from acn.common.errors import PackError
 from acn.common.models import KEY_PATTERN, Memory, MemoryKind, Namespace, Scope, parse_json_string
+from acn.common.row_memo import remembered
 from acn.services.deps import Deps
 from acn.storage.memory_rows import Scored
 from acn.text.lang import Language
@@ -279,7 +281,7 @@ def coverage_all(query_terms: list[str], memories: list[Memory]) -> np.ndarray:
     """
     if not query_terms:
         return np.zeros(len(memories))
-    documents = [content_term_set(m.content) for m in memories]
+    documents = [memory_terms(m) for m in memories]
     wanted = list(dict.fromkeys(query_terms))
     present = np.array([[term in terms for terms in documents] for term in wanted], dtype=np.float64)
     frequency = present.sum(axis=1)
@@ -288,6 +290,16 @@ def coverage_all(query_terms: list[str], memories: list[Memory]) -> np.ndarray:
                        math.log(1 + count + 0.5))
     total = float(weights.sum())
     return weights @ present / total if total else np.zeros(count)
+
+
+def memory_terms(memory: Memory) -> frozenset[str]:
+    """Return content_term_set of a memory's content, kept with the memory object (acn/common/row_memo.py).
+
+    A session's candidates are the same objects call after call; kept in the text cache instead, they were pushed
+    out by other sessions' texts, and with 32 chats at once each turn segmented ~20 of them again (issue 47).
+    """
+    content = memory.content
+    return remembered(memory, "terms", content, operator.eq, lambda: content_term_set(content))
 
 
 def fused(candidate: Scored, dense_weight: float | None = None) -> float:

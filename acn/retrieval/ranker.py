@@ -27,8 +27,8 @@ import numpy as np
 
 from acn.retrieval.intent import wants_many
 from acn.retrieval.query_focus import focus
-from acn.retrieval.rank import Ranked
-from acn.text.terms import content_term_set, content_terms
+from acn.retrieval.rank import Ranked, memory_terms
+from acn.text.terms import content_terms
 
 log = logging.getLogger("acn.retrieve")
 
@@ -250,7 +250,7 @@ def features(query: str, candidates: list[Ranked], days: list[str | None]) -> np
     terms = list(dict.fromkeys(content_terms(query)))
     asked = focus(query)
     focus_terms = list(dict.fromkeys(t for q in asked.questions for t in content_terms(q))) if asked.changed else terms
-    documents = [content_term_set(c.memory.content) for c in candidates]
+    documents = [memory_terms(c.memory) for c in candidates]
     column = {name: index for index, name in enumerate(FEATURES)}
     scores = np.array([c.score for c in candidates])
     best = float(scores.max())

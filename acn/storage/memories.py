@@ -332,9 +332,17 @@ class MemoryRepository(MemoryQueries):
     def delete_ids(self, tenant: str, ids: list[str]) -> None:
         """Delete memories by id within a tenant."""
         if ids:
+            # An id this tenant's tag scopes names the tenant's row alone: deleted by primary key (`id in` with any
+            # other clause makes Milvus Lite scan the whole collection). An id taken as given (a legacy or an
+            # over-long one, or one naming a scope itself) keeps the tenant clause.
+            given = stored_ids(tenant, [i for i in ids if stored_id(tenant, i) == i])
+            scoped = stored_ids(tenant, [i for i in ids if stored_id(tenant, i) != i])
             try:
-                self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}",
-                                                         {"t": tenant, "ids": stored_ids(tenant, ids)}))
+                if scoped:
+                    self.store.delete(self.spec.name, Filter("id in {ids}", {"ids": scoped}))
+                if given:
+                    self.store.delete(self.spec.name, Filter("tenant == {t} and id in {ids}",
+                                                             {"t": tenant, "ids": given}))
             finally:
                 self._forget_all()
 

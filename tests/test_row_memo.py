@@ -1,0 +1,57 @@
+"""What is worked out from a stored row is kept with its Memory object (acn/common/row_memo.py, issue 47): worked
+out again when a field it read changes, gone with the object, and never part of the memory's equality."""
+
+from __future__ import annotations
+
+import gc
+
+from acn.assembly.layers import memory_line
+from acn.common.models import Memory
+from acn.common.row_memo import held
+from acn.common.stored import memory_problem
+from acn.retrieval.rank import memory_terms
+from acn.text.terms import content_term_set
+
+
+def message(content: str = "我的收货电话改成 13957614382", **meta: object) -> Memory:
+    return Memory(id="m1", kind="turn", content=content, importance=5.0, scope="session", agent_id="kefu",
+                  session_id="chat", created_at=1_700_000_000_000, updated_at=1_700_000_000_000, version=1,
+                  turn_range=[40, 40], meta={"role": "user", **meta})
+
+
+def test_a_line_is_made_again_when_a_field_it_reads_changes() -> None:
+    memory = message(time="2024-05-01")
+    first = memory_line(memory, "zh")
+    assert memory_line(memory, "zh") == first
+    memory.meta["name"] = "王先生"  # changed in place: the key holds the values read, not the dict
+    renamed = memory_line(memory, "zh")
+    assert renamed != first and "王先生" in renamed[0] + renamed[1]
+    assert renamed == memory_line(message(time="2024-05-01", name="王先生"), "zh")
+    memory.content = "我的收货电话改成 13800000000"
+    assert "13800000000" in memory_line(memory, "zh")[0]
+    assert memory_line(memory, "en") == memory_line(message("我的收货电话改成 13800000000", time="2024-05-01",
+                                                            name="王先生"), "en")
+
+
+def test_terms_and_checks_follow_the_content_and_stamps() -> None:
+    memory = message()
+    assert memory_terms(memory) == content_term_set(memory.content)
+    memory.content = "订单号 33622 的金额是 931 元"
+    assert memory_terms(memory) == content_term_set("订单号 33622 的金额是 931 元")
+    assert memory_problem(memory) is None
+    memory.created_at = 10**15  # far in the future: no longer a usable stamp
+    assert memory_problem(memory) is not None and memory_problem(memory).startswith("created_at")
+
+
+def test_kept_values_leave_with_their_object_and_do_not_change_equality() -> None:
+    gc.collect()
+    before = held()
+    memories = [message(f"第{i}轮：订单号 {10000 + i}") for i in range(50)]
+    for memory in memories:
+        memory_line(memory, "zh")
+        memory_terms(memory)
+    assert held() == before + 50
+    assert memories[0] == message("第0轮：订单号 10000")  # the kept values are not on the object
+    del memories, memory
+    gc.collect()
+    assert held() == before
