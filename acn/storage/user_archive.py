@@ -17,11 +17,13 @@ otherwise rank hundreds of such matches on every call (bench/user_cost.py: 600 m
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from acn.common.models import Memory, Namespace
-from acn.storage.base import Filter, Hit
+from acn.storage.base import CollectionSpec, Filter, Hit, MemoryStore
 from acn.storage.lite.local_index import DISTINCT_FETCH
+from acn.storage.lite.read_cache import ReadCache
+from acn.storage.memory_heads import MemoryHeads
 from acn.storage.memory_rows import (
     EMBEDDED,
     OUTPUT_FIELDS,
@@ -33,8 +35,15 @@ from acn.storage.memory_rows import (
 )
 from acn.text.terms import STOP_EN, STOP_ZH, bm25_tokens
 
-if TYPE_CHECKING:
-    from acn.storage.memories import MemoryRepository
+
+class MemoryRepository(Protocol):
+    """What these functions read of acn.storage.memories.MemoryRepository (named here: that module imports this one)."""
+
+    cache: ReadCache | None
+    heads: MemoryHeads
+    store: MemoryStore
+    spec: CollectionSpec
+    flagged: bool
 
 Hits = list[tuple[Memory, float]]
 LIVE = Filter("valid_to == 0")
