@@ -47,7 +47,6 @@ from acn.storage.memory_rows import (
     to_record,
     user_filter,
     user_group,
-    user_turns_group,
     with_client_id,
 )
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
@@ -133,28 +132,6 @@ class MemoryRepository(MemoryQueries):
         if archive is not None:
             return self.heads.user_member_ids(key[0], key[1], archive, "turns")
         return self.heads.member_ids(key[0], Namespace(agent_id=key[1], session_id=key[2]))
-
-    def earlier_messages(self, tenant: str, namespace: Namespace, query: str, *, limit: int) -> list[Memory]:
-        """Return the user's archived messages of their other conversations with the agent that match the query
-        (BM25), best first: what an input asking about an earlier conversation may need. On a Lite file they are
-        searched in an index of the user's archive, loaded when first asked (none of it is read otherwise)."""
-        if not namespace.user_id or not query.strip():
-            return []
-        where = tenant_filter(tenant).and_(Filter(
-            'agent_id == {earlier_agent} and kind == "turn" and user_id == {earlier_user} and '
-            'session_id != {earlier_session} and valid_to == 0',
-            {"earlier_agent": namespace.agent_id, "earlier_user": namespace.user_id,
-             "earlier_session": namespace.session_id}))
-        if self.cache is not None:
-            index = self.cache.group_index((tenant, namespace.agent_id, user_turns_group(namespace.user_id)), where)
-            if index is not None:
-                return [memory for memory, score in index.search_text(query, where, limit, distinct=True)
-                        if score > 0]
-        if self.heads.user_empty(tenant, namespace.agent_id, namespace.user_id, "turns"):
-            return []
-        hits = self._store_hits(self.store.search_text(self.spec.name, query, limit=limit, where=where,
-                                                       fields=OUTPUT_FIELDS))
-        return [memory for memory, score in one_per_text(hits, limit) if score > 0]
 
     def earlier_at(self, tenant: str, namespace: Namespace, places: Sequence[tuple[str, int]]) -> list[Memory] | None:
         """Return the user's archived messages at these (session id, turn) places of their conversations, from the
