@@ -15,19 +15,20 @@ from pymilvus.client.grpc_handler import GrpcHandler
 from pymilvus.client.utils import SciPyHelper
 
 from acn.common.models import Namespace
+from acn.memory.items import MemoryItem
 from acn.memory.warmer import Warmer
+from acn.memory.write import new_memory
 from acn.server import create_app
 from acn.storage.base import CollectionSpec, Filter
 from acn.storage.lite import local_index
 from acn.storage.lite.local_index import LocalIndex
 from acn.storage.lite.predicate import predicate
+from acn.storage.memories import MemoryRepository
 from acn.storage.memory_rows import group_filter, kinds_filter, live_filter, tenant_filter, to_record
 from acn.storage.milvus import MilvusStore
 from tests.conftest import make_settings
 from tests.test_local_index import random_memory
 from tests.test_start_warming import rows_of, stored_then_restarted, warmed
-
-INTERVAL = 0.3  # the store's flush interval in the test below (seconds)
 
 
 def test_start_up_makes_pymilvus_sparse_input_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,5 +125,29 @@ def test_prepared_writes_describe_no_collection(tmp_path: Path, monkeypatch: pyt
         store.upsert("heads", [{"id": "h", "text": "head", "n": 2}])
         store.upsert("rows", [{"id": "a", "text": "again", "n": 3}])
         assert described == []
+    finally:
+        store.close()
+
+
+def test_a_lite_files_flush_waits_for_a_request_still_writing_after_a_quiet_spell(tmp_path: Path) -> None:
+    # A process up for an hour, its last flush long ago: the first record_turn's first write used to make the
+    # flush due at once (timed from the last flush), and its next writes waited behind it. Now a Lite file's flush
+    # waits while the request writes (QUIET_SECONDS) unless its oldest unflushed write is flush_interval old.
+    from acn.storage.milvus import QUIET_SECONDS
+
+    store = MilvusStore(str(tmp_path / "memory.db"), flush_every=10_000, flush_interval=5.0).open()
+    try:
+        repository = MemoryRepository(store, prefix="fw", embedder=None)
+        repository.open()
+        store.flush()
+        store._last_flush -= 3600  # noqa: SLF001  (an hour since: no wait for the clock)
+        ns = Namespace(agent_id="kefu", session_id="chat")
+        repository.save("t1", [new_memory(ns, MemoryItem(kind="fact", content="订单 33622"), repository.now_ms("t1", ns))])
+        written = store._last_write  # noqa: SLF001
+        assert not store._flush_due(written + QUIET_SECONDS / 4)  # noqa: SLF001  (still writing)
+        assert store._flush_due(written + QUIET_SECONDS * 1.5)  # noqa: SLF001  (the writes paused)
+        store._requests_unflushed = 0  # noqa: SLF001  (background writes alone: the timer's turn)
+        assert not store._flush_due(written + 4.0)  # noqa: SLF001
+        assert store._flush_due(written + 5.5)  # noqa: SLF001
     finally:
         store.close()

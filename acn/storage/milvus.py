@@ -136,11 +136,13 @@ class MilvusStore(MemoryStore):
         self._requests_unflushed = 0  # those written outside `background`: only they make a pause flush due
         self._writes: dict[str, int] = {}  # writes per collection (write_count)
         self._last_write = 0.0
-        # Timed from the last flush: a first write after a quiet spell is flushed at once. Counted from the oldest
-        # unflushed write instead (tried for first-call cost, issue 47), a Milvus Lite server stopped within
-        # flush_interval of an acknowledged write came back unable to load its collection (load_collection waited
-        # for ever: tests/test_durability.py::test_a_stopped_milvus_server_is_503_then_recovers_without_restart).
+        # A server's timer counts from the last flush: a first write after a quiet spell is flushed at once. Counted
+        # from the oldest unflushed write instead, a Milvus Lite server stopped within flush_interval of an
+        # acknowledged write came back unable to load its collection (load_collection waited for ever:
+        # tests/test_durability.py::test_a_stopped_milvus_server_is_503_then_recovers_without_restart). A Lite
+        # file's counts from the oldest unflushed write, and flushes when requests' writes pause (_flush_due).
         self._last_flush = time.monotonic()
+        self._oldest_unflushed = 0.0  # when the oldest write not yet flushed was made (0: none)
         self._collections: set[str] = set()
         self._columns: dict[str, ColumnInsert | None] = {}  # Lite collections' column inserts (None: by rows)
         self._templates = False
@@ -399,6 +401,8 @@ class MilvusStore(MemoryStore):
         # a turn writes to two, and flushing each at its own count costs a request one flush, not both.
         pending = self._pending.get(collection, 0) + count
         self._pending[collection] = pending
+        if not self._unflushed:
+            self._oldest_unflushed = time.monotonic()
         self._unflushed += count
         self._writes[collection] = self._writes.get(collection, 0) + 1
         if not self._write_lock.in_background():
@@ -473,9 +477,15 @@ class MilvusStore(MemoryStore):
         """
         if not self._unflushed:
             return False
-        if now - self._last_flush >= self._flush_interval:
+        if self.is_server:
+            return now - self._last_flush >= self._flush_interval
+        # A Lite file: not while a request is still writing (a record_turn writes four or five times in a few ms)
+        # unless its oldest unflushed write is flush_interval old. Timed from the last flush, the first write after
+        # a quiet spell made the flush due at once, and the request's next write waited for it behind the write
+        # lock (issue 47: a restarted process's first record_turn, ~300 ms). A server keeps that timer (above).
+        if now - self._oldest_unflushed >= self._flush_interval:
             return True
-        return not self.is_server and self._requests_unflushed > 0 and now - self._last_write >= QUIET_SECONDS
+        return self._requests_unflushed > 0 and now - self._last_write >= QUIET_SECONDS
 
     # -- reads -----------------------------------------------------------------------------
 
