@@ -47,10 +47,10 @@ from acn.storage.memory_rows import (
     to_record,
     user_filter,
     user_group,
-    user_turns_group,
     with_client_id,
 )
 from acn.storage.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
+from acn.storage.user_archive import archive_query, earlier_at, earlier_hits, has_earlier
 
 T = TypeVar("T")
 CLOCK_SESSIONS = 65_536  # sessions whose last stamp is remembered (MemoryRepository.now_ms)
@@ -133,27 +133,10 @@ class MemoryRepository(MemoryQueries):
             return self.heads.user_member_ids(key[0], key[1], archive, "turns")
         return self.heads.member_ids(key[0], Namespace(agent_id=key[1], session_id=key[2]))
 
-    def earlier_messages(self, tenant: str, namespace: Namespace, query: str, *, limit: int) -> list[Memory]:
-        """Return the user's archived messages of their other conversations with the agent that match the query
-        (BM25), best first: what an input asking about an earlier conversation may need. On a Lite file they are
-        searched in an index of the user's archive, loaded when first asked (none of it is read otherwise)."""
-        if not namespace.user_id or not query.strip():
-            return []
-        where = tenant_filter(tenant).and_(Filter(
-            'agent_id == {earlier_agent} and kind == "turn" and user_id == {earlier_user} and '
-            'session_id != {earlier_session} and valid_to == 0',
-            {"earlier_agent": namespace.agent_id, "earlier_user": namespace.user_id,
-             "earlier_session": namespace.session_id}))
-        if self.cache is not None:
-            index = self.cache.group_index((tenant, namespace.agent_id, user_turns_group(namespace.user_id)), where)
-            if index is not None:
-                return [memory for memory, score in index.search_text(query, where, limit, distinct=True)
-                        if score > 0]
-        if self.heads.user_empty(tenant, namespace.agent_id, namespace.user_id, "turns"):
-            return []
-        hits = self._store_hits(self.store.search_text(self.spec.name, query, limit=limit, where=where,
-                                                       fields=OUTPUT_FIELDS))
-        return [memory for memory, score in one_per_text(hits, limit) if score > 0]
+    def earlier_at(self, tenant: str, namespace: Namespace, places: Sequence[tuple[str, int]]) -> list[Memory] | None:
+        """Return the user's archived messages at these (session id, turn) places of their conversations, from the
+        index of their archive (None: not held): see acn/storage/user_archive.py."""
+        return earlier_at(self, tenant, namespace, places)
 
     @property
     def raw_store(self) -> MemoryStore:
@@ -622,14 +605,16 @@ class MemoryRepository(MemoryQueries):
 
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
                text_query: str | None = None, within: Namespace | None = None,
-               distinct: bool = False) -> list[Scored]:
+               distinct: bool = False, earlier: bool = False) -> list[Scored]:
         """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
 
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
         With `within`, only the rows that namespace's session can read are searched (group_filter); with a Lite
         file they are then searched in memory (acn/storage/lite/local_index.py). With `distinct`, each list holds one
-        copy of a text (one_per_text): a line repeated across a session takes one place, not many.
+        copy of a text (one_per_text): a line repeated across a session takes one place, not many. With
+        `earlier` and a user, the user's archived messages of their other conversations are candidates too
+        (acn/storage/user_archive.py), merged into the same lists.
         """
         flt = tenant_filter(tenant).and_(where)
         if within is not None:
@@ -637,19 +622,25 @@ class MemoryRepository(MemoryQueries):
         if not query.strip():
             return []
         indexes = self._held_indexes(tenant, within, flt, searching=True) if within is not None else None
-        if indexes is None and within is not None and self.readable_empty(tenant, within):
+        earlier = earlier and within is not None and has_earlier(self, tenant, within)
+        nothing_own = indexes is None and within is not None and self.readable_empty(tenant, within)
+        if nothing_own and not earlier:
             return []
         vector = self._query_vector(query)
         dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
         text_limit, vector_limit = limit, dense_limit or limit
+        text = text_query or query
+        text_hits, dense_hits = [], []
         if indexes is not None:
-            text_hits = merged_hits([index.search_text(text_query or query, where_here, text_limit,
-                                                       distinct=distinct)
-                                     for index, where_here in each(indexes, flt)], text_limit, distinct)
+            # The user's index (the second) by the input's content words, as their archive (user_archive.py).
+            text_hits = merged_hits([index.search_text(text if at == 0 else archive_query(text), where_here,
+                                                       text_limit, distinct=distinct)
+                                     for at, (index, where_here) in enumerate(each(indexes, flt))], text_limit,
+                                    distinct)
             dense_hits = merged_hits([index.search_dense(vector, where_here, vector_limit, distinct=distinct)
                                       for index, where_here in each(indexes, dense_flt)],
                                      vector_limit, distinct) if vector is not None else []
-        else:
+        elif not nothing_own:
             self.store_cold = False  # Lite's search structures are built by this search: later loads need not wait
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
             text_hits = self._store_hits(self.store.search_text(
@@ -660,6 +651,11 @@ class MemoryRepository(MemoryQueries):
                 fields=OUTPUT_FIELDS)) if vector is not None else []
             if distinct:
                 text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
+        if earlier and within is not None:  # ranked with the conversation's own (issue 48)
+            more_text, more_dense = earlier_hits(self, tenant, within, text_query or query, vector,
+                                                 (text_limit, vector_limit), distinct)
+            text_hits = merged_hits([text_hits, more_text], text_limit, distinct)
+            dense_hits = merged_hits([dense_hits, more_dense], vector_limit, distinct)
         found: dict[str, Scored] = {}
         for position, (memory, score) in enumerate(text_hits, start=1):
             found[memory.id] = Scored(memory, bm25=score, bm25_rank=position if score > 0 else None)

@@ -58,7 +58,7 @@ class MemoryQueries(ABC):
     @abstractmethod
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
                text_query: str | None = None, within: Namespace | None = None,
-               distinct: bool = False) -> list[Scored]: ...
+               distinct: bool = False, earlier: bool = False) -> list[Scored]: ...
 
     # -- retrieval ---------------------------------------------------------------------------------------------
 
@@ -78,11 +78,13 @@ class MemoryQueries(ABC):
 
     def search_readable(self, tenant: str, namespace: Namespace, query: str, *, scopes: Sequence[str] | None,
                         include_superseded: bool, kinds: Sequence[str] | None, limit: int,
-                        text_query: str | None = None, distinct: bool = False) -> list[Scored]:
-        """Return BM25 (and dense) candidates among what the namespace may read (see `search`)."""
+                        text_query: str | None = None, distinct: bool = False,
+                        earlier: bool = False) -> list[Scored]:
+        """Return BM25 (and dense) candidates among what the namespace may read (see `search`; `earlier`: the
+        user's archived messages of their other conversations too)."""
         where = readable(namespace, scopes, include_superseded=include_superseded, kinds=kinds)
         return self.search(tenant, query, where, limit=limit, within=namespace, distinct=distinct,
-                           text_query=text_query)
+                           text_query=text_query, earlier=earlier)
 
     def by_key(self, tenant: str, namespace: Namespace, key: str, *, scopes: Sequence[str] | None,
                include_superseded: bool, kinds: Sequence[str] | None, limit: int) -> list[Memory]:

@@ -20,7 +20,7 @@ import math
 import threading
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -56,6 +56,8 @@ ROW_FIELDS = ("id", "content", *MEMORY_FIELDS, EMBEDDED_FIELD)
 _AT = {field: at for at, field in enumerate(ROW_FIELDS)}
 _CONTENT = _AT["content"]
 _CREATED = _AT["created_at"]
+_KIND, _VALID_TO = _AT["kind"], _AT["valid_to"]
+_PLACE_AT = (_AT["session_id"], _AT["turn_from"])  # where an archived message sits: (session id, turn)
 # What a filter reads of a row's tuple: its fields but the text and the JSON document (as stored_row leaves them).
 _FILTERABLE = tuple(field if field not in ("content", "doc") else "" for field in ROW_FIELDS)
 # Fields whose values repeat across rows: held once per index (see _Rows.intern).
@@ -117,6 +119,9 @@ class LocalIndex:
         # by every conversation of the user with the same filters (memory_rows.for_user_rows), so a new
         # conversation's standing memories and superseded values cost no pass over the user's rows.
         self._pages: OrderedDict[Hashable, tuple[int, list[Memory]]] = OrderedDict()
+        # (session id, turn) -> slots, made on the first at_places call and kept by every put after it: a user's
+        # archive of all their conversations answers "the messages around this hit" without a pass over its rows.
+        self._places: dict[tuple[Any, Any], list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -195,6 +200,8 @@ class LocalIndex:
             self._slots[key] = slot
             self._rows.append(row)
             self._grow(slot)
+            if self._places is not None:  # a row's id fixes its place: a replaced row keeps its slot's
+                self._places.setdefault(_place_of(row), []).append(slot)
         else:
             old = self._rows[slot][_CONTENT]
             if old == content and self._posted[slot] and terms is None:
@@ -328,6 +335,18 @@ class LocalIndex:
             return False
         changed = np.frombuffer(self._changes, dtype=np.int32)[kept.seen:]
         return not count or not np.isin(changed, kept.allowed, assume_unique=False).any()
+
+    def at_places(self, places: Iterable[tuple[str, int]]) -> list[Memory]:
+        """Return the live archived messages at these (session id, turn) places, in the order they were put."""
+        with self._lock:
+            if self._places is None:
+                self._places = {}
+                for slot, row in enumerate(self._rows):
+                    self._places.setdefault(_place_of(row), []).append(slot)
+            rows = self._rows
+            slots = sorted(slot for place in set(places) for slot in self._places.get(place, ())
+                           if rows[slot][_KIND] == "turn" and not rows[slot][_VALID_TO])
+            return self._memories(slots)
 
     def select(self, where: Filter) -> list[Memory]:
         """Return every row matching the filter, in the order they were first put."""
@@ -474,6 +493,10 @@ def _tested(matches: Callable[[Row], bool], rows: list[Row], fields: tuple[str, 
         return bytearray(map(matches, rows))
     answers = {key: 1 if matches(row) else 0 for key, row in firsts.items()}
     return bytearray(map(answers.__getitem__, keys))
+
+
+def _place_of(row: Row) -> tuple[Any, Any]:
+    return row[_PLACE_AT[0]], row[_PLACE_AT[1]]
 
 
 def _nothing(row: Row) -> tuple[()]:
