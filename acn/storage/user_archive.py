@@ -36,7 +36,7 @@ from acn.storage.memory_rows import (
 from acn.text.terms import STOP_EN, STOP_ZH, bm25_tokens
 
 
-class MemoryRepository(Protocol):
+class ArchiveSource(Protocol):
     """What these functions read of acn.storage.memories.MemoryRepository (named here: that module imports this one)."""
 
     cache: ReadCache | None
@@ -49,7 +49,7 @@ Hits = list[tuple[Memory, float]]
 LIVE = Filter("valid_to == 0")
 
 
-def has_earlier(repository: MemoryRepository, tenant: str, namespace: Namespace) -> bool:
+def has_earlier(repository: ArchiveSource, tenant: str, namespace: Namespace) -> bool:
     """Return True when the user may have archived messages in another conversation with the agent (a user's
     first conversation: False, from the member pages, so it searches nothing more)."""
     user = namespace.user_id
@@ -89,7 +89,7 @@ def earlier_filter(tenant: str, namespace: Namespace) -> Filter:
          "earlier_session": namespace.session_id}))
 
 
-def earlier_hits(repository: MemoryRepository, tenant: str, namespace: Namespace, text: str,
+def earlier_hits(repository: ArchiveSource, tenant: str, namespace: Namespace, text: str,
                  vector: list[float] | None, limits: tuple[int, int], distinct: bool) -> tuple[Hits, Hits]:
     """Return the BM25 and dense hits (best first, at most `limits` each) among the user's archived messages of
     their other conversations with the agent."""
@@ -122,7 +122,7 @@ def earlier_hits(repository: MemoryRepository, tenant: str, namespace: Namespace
     return text_hits, dense_hits
 
 
-def earlier_at(repository: MemoryRepository, tenant: str, namespace: Namespace,
+def earlier_at(repository: ArchiveSource, tenant: str, namespace: Namespace,
                places: Iterable[tuple[str, int]]) -> list[Memory] | None:
     """Return the user's live archived messages at these (session id, turn) places, from the index of their
     archive, in stored order (None: not held; each conversation's own archive answers)."""
