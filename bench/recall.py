@@ -16,6 +16,8 @@ Suites, each split by a fixed rule (tune on dev only; a change that helps dev an
 - zh-chain, en-chain    bench/joined.py, generated (even seeds dev, odd test; `--joined-conversations N`): an
 - zh-ramble, en-ramble  entity named by one attribute and asked about another (two messages that share only the
                         entity), or a question after chit-chat and self-corrections (issue 28).
+- locomo-xconv, zh-daily-xconv  bench/xconv.py: the same conversations and splits, each sitting its own
+                        conversation of one user, the questions asked in a new one (issue 48).
 
 Systems, all under the same budget (cl100k, the chat-format overhead per message, room left for the question):
 - window  the newest whole messages that fit;
@@ -48,20 +50,21 @@ from pathlib import Path
 from typing import Any
 
 from acn.text.tokens import MESSAGE_OVERHEAD_TOKENS, Tokenizer, load_tokenizer
-from bench import joined, locomo, zh_daily
+from bench import joined, locomo, xconv, zh_daily
 from bench.baselines import BM25Baseline, Context, Turn, _context, _pack, window_context
 from bench.progress import progress
 from bench.scoring import Outcome, fold
 from bench.vector_cache import cached_name
 
-SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily", "zh-chain", "zh-ramble", "en-chain", "en-ramble")
+SUITES = ("locomo", "madial-zh", "madial-en", "zh-daily", "zh-chain", "zh-ramble", "en-chain", "en-ramble",
+          *xconv.SUITES)
 JOINED = {"zh-chain": ("zh", "chain"), "zh-ramble": ("zh", "ramble"), "en-chain": ("en", "chain"),
           "en-ramble": ("en", "ramble")}
 SYSTEMS = ("window", "bm25", "dense", "ours")
 SPLITS = ("dev", "test", "all")
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "recall.md"
-CATEGORY_NAMES = {"locomo": locomo.CATEGORIES}
+CATEGORY_NAMES = {"locomo": locomo.CATEGORIES, "locomo-xconv": locomo.CATEGORIES}
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Case:
     turns: list[list[locomo.Line]]  # what record_turn gets, call by call
     queries: list[Query]
     speakers_in_text: bool = False  # LoCoMo has two speakers: the baselines show "Name: text"
+    across: bool = False  # ours records each sitting as its own conversation of one user, asks in a new one (xconv)
 
     @property
     def lines(self) -> list[locomo.Line]:
@@ -287,12 +291,13 @@ def evaluate(job: Job) -> tuple[list[Record], float, float]:
             for name, context in contexts.items():
                 add(name, query, budget, context.text, set(context.ids), context.tokens)
     namespace = {"agent_id": "recall-bench", "session_id": re.sub(r"[^A-Za-z0-9_.:@-]", "-", case.id)}
+    asked = xconv.asked_in(case) if case.across else namespace
     ours = Ours(job.folder / re.sub(r"[^A-Za-z0-9_.-]", "-", case.id),
                 cached_name(job.ours_embedder, job.vector_cache), job.folder / "model-cache")
     try:
         started = time.perf_counter()
         for turn in case.turns:
-            ours.record(namespace, turn)
+            ours.record(xconv.recorded_in(case, turn) if case.across else namespace, turn)
         ingest = time.perf_counter() - started
         backlog = ours.app.extensions["acn"].backlog
         if backlog is not None:  # e5, use+e5: the rest of the embedding, timed apart (ask drains it anyway)
@@ -300,7 +305,7 @@ def evaluate(job: Job) -> tuple[list[Record], float, float]:
         embedding = time.perf_counter() - started - ingest
         for query in case.queries:
             for budget in job.budgets:
-                prompt, ids, tokens, ms = ours.ask(namespace, query.text, budget)
+                prompt, ids, tokens, ms = ours.ask(asked, query.text, budget)
                 add("ours", query, budget, prompt, ids, tokens, ms)
     finally:
         ours.close()
@@ -447,22 +452,28 @@ def build_cases(suites: list[str], quick: bool, conversations: int, folder: Path
     """Return the cases of the chosen suites: all of them, or a few of each with --quick; with split dev or
     test, only that split's questions (and only the cases that have some)."""
     cases: list[Case] = []
-    if "locomo" in suites:
+    if {"locomo", "locomo-xconv"} & set(suites):
         chosen = [1, 8] if quick else list(range(10))
         chosen = [i for i in chosen if split == "all" or (i < 5) == (split == "dev")]
-        cases += locomo_cases(folder, chosen, 2 if quick else None)
+        cases += across_too(suites, "locomo", locomo_cases(folder, chosen, 2 if quick else None))
     for language in ("zh", "en"):
         if f"madial-{language}" in suites:
             cases += madial_cases(folder, language, 8 if quick else None)
-    if "zh-daily" in suites:
+    if {"zh-daily", "zh-daily-xconv"} & set(suites):
         count = 2 if quick else conversations
-        cases += zh_daily_cases(count, only=None if split == "all" else split)
+        cases += across_too(suites, "zh-daily", zh_daily_cases(count, only=None if split == "all" else split))
     for suite in JOINED:
         if suite in suites:
             cases += joined_cases(suite, 2 if quick else joined_conversations, only=None if split == "all" else split)
     if split != "all":
         cases = [replace(c, queries=[q for q in c.queries if q.split == split]) for c in cases]
     return [c for c in cases if c.queries]
+
+
+def across_too(suites: list[str], base: str, cases: list[Case]) -> list[Case]:
+    """Return the cases of the chosen ones among a suite and its cross-conversation suite (bench/xconv.py)."""
+    restated = next(name for name, of in xconv.BASE.items() if of == base)
+    return [c for c in cases if base in suites] + [xconv.across(c) for c in cases if restated in suites]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 earlier conversations.
 
 Run: .venv/bin/python -m bench.user_cost                      # 3 and 300 earlier conversations
-     .venv/bin/python -m bench.user_cost --conversations 3,30 --repeat 3   # smoke
+     .venv/bin/python -m bench.user_cost --conversations 3,30 --repeat 3 --restarts 1   # smoke
 
 For each count N, on a fresh Lite file: one user of one agent has N earlier conversations of four turns each, as
 a shop's customer would: a greeting, a new phone number (so every conversation supersedes the last one's: N
@@ -82,63 +82,112 @@ def settled(app: Flask) -> None:
         runtime.warmer.done.wait(60)
 
 
-def measure(count: int, total: int, repeat: int, embedder: str, log: Callable[[str], None]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as folder:
-        store = Path(folder)
-        app = opened(store, embedder)
-        client = app.test_client()
-        started = time.perf_counter()
-        for n in range(total - count):
-            other = n % OTHER_USERS
-            conversation(client, f"u-other-{other}", f"o{other}-c{n}", n)
-        for n in range(count):
-            conversation(client, USER, f"c-{n}", n)
-        log(f"{count} conversations written in {time.perf_counter() - started:.1f} s")
-        listing = client.get("/v1/memories", query_string={"agent_id": AGENT, "user_id": USER, "scope": "user",
-                                                            "include_superseded": "true", "limit": 1000}).get_json()
-        user_rows = len(listing["memories"])
-        settled(app)
-        warm = [first_assemble(client, f"new-warm-{r}") for r in range(repeat)]
-        app.extensions["acn"].close()
-        app = opened(store, embedder)
-        settled(app)
-        client = app.test_client()
-        cold = [first_assemble(client, f"new-cold-{r}") for r in range(repeat)]
-        app.extensions["acn"].close()
-    phone = f"139{count - 1:08d}"
-    def median(runs: list[tuple[float, float, str]], at: int) -> float:
-        return statistics.median(run[at] for run in runs)
+def build(store: Path, count: int, total: int, embedder: str, log: Callable[[str], None]) -> tuple[Flask, int]:
+    """Write a store where the user has `count` earlier conversations (other users the rest of `total`); return
+    the app that wrote it (still open: the warm process) and the user's user-scope rows."""
+    app = opened(store, embedder)
+    client = app.test_client()
+    started = time.perf_counter()
+    for n in range(total - count):
+        other = n % OTHER_USERS
+        conversation(client, f"u-other-{other}", f"o{other}-c{n}", n)
+    for n in range(count):
+        conversation(client, USER, f"c-{n}", n)
+    log(f"{count} conversations written in {time.perf_counter() - started:.1f} s")
+    listing = client.get("/v1/memories", query_string={"agent_id": AGENT, "user_id": USER, "scope": "user",
+                                                        "include_superseded": "true", "limit": 1000}).get_json()
+    settled(app)
+    return app, len(listing["memories"])
 
-    return {"count": count, "user_rows": user_rows, "warm": median(warm, 0), "warm_wall": median(warm, 1),
-            "restart_first": cold[0][0], "restart_first_wall": cold[0][1],
-            "restart_next": median(cold[1:] or cold, 0), "restart_next_wall": median(cold[1:] or cold, 1),
-            "answers": all(phone in run[2] for run in warm + cold)}
+
+Run = tuple[float, float, str]  # (CPU ms, wall ms, memory_text)
+
+
+def alternated(apps: list[Flask], session: str, rounds: int, first_round: int = 0) -> list[list[Run]]:
+    """Time each app's first assemble of a new conversation, `rounds` times, the apps' order reversed every round
+    (so neither always runs first, after the other's work); return the runs per app."""
+    runs: list[list[Run]] = [[] for _ in apps]
+    for number in range(first_round, first_round + rounds):
+        order = list(range(len(apps)))[::(-1 if number % 2 else 1)]
+        for at in order:
+            runs[at].append(first_assemble(apps[at].test_client(), f"{session}-{number}"))
+    return runs
+
+
+def ratios(runs: list[list[Run]], at: int) -> list[float]:
+    """Return, per app after the first, the median over rounds of its time / the first app's (CPU: at 0, wall: 1)."""
+    base = runs[0]
+    return [statistics.median(run[at] / max(first[at], 1e-6) for run, first in zip(other, base, strict=True))
+            for other in runs[1:]]
+
+
+def measure(counts: list[int], total: int, repeat: int, restarts: int, embedder: str,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    """Build one store per count, then time the first assembles alternately: in the processes that wrote them
+    (warm), and after each of `restarts` restarts of them all (first: the first call after the restart; next: the
+    ones after it)."""
+    with tempfile.TemporaryDirectory() as folder:
+        built = [build(Path(folder) / str(count), count, total, embedder, log) for count in counts]
+        apps = [app for app, _ in built]
+        warm = alternated(apps, "new-warm", repeat)
+        first: list[list[Run]] = [[] for _ in apps]
+        later: list[list[Run]] = [[] for _ in apps]
+        for restart in range(restarts):
+            for app in apps:
+                app.extensions["acn"].close()
+            apps = [opened(Path(folder) / str(count), embedder) for count in counts]
+            for app in apps:
+                settled(app)
+            for at, runs in enumerate(alternated(apps, f"new-cold{restart}", 1, restart)):
+                first[at] += runs
+            for at, runs in enumerate(alternated(apps, f"new-next{restart}", max(1, repeat // restarts), restart)):
+                later[at] += runs
+        for app in apps:
+            app.extensions["acn"].close()
+    phones = [f"139{count - 1:08d}" for count in counts]
+    answers = all(phone in run[2] for phone, *runs in zip(phones, warm, first, later, strict=True)
+                  for series in runs for run in series)
+    return {"counts": counts, "rows": [rows for _, rows in built], "warm": warm, "first": first, "next": later,
+            "answers": answers}
+
+
+def median_ms(runs: list[Run], at: int) -> float:
+    return statistics.median(run[at] for run in runs)
+
+
+def report(result: dict[str, Any], embedder: str, total: int) -> str:
+    """Return the Markdown: per count, median CPU (wall) ms of each kind of first assemble; then the median ratios."""
+    lines = [f"embedder {embedder}; {total} conversations in the store at every point ({OTHER_USERS} other users "
+             "have the rest); first focused assemble of a new conversation: CPU ms of the request's thread (wall ms "
+             "in brackets; medians over the new conversations)", "",
+             "| earlier conversations | user-scope rows (live + superseded) | warm process | after a restart: first "
+             "| after a restart: next |", "|---|---|---|---|---|"]
+    for at, count in enumerate(result["counts"]):
+        cells = [f"{median_ms(result[kind][at], 0):.1f} ({median_ms(result[kind][at], 1):.1f})"
+                 for kind in ("warm", "first", "next")]
+        lines.append(f"| {count} | {result['rows'][at]} | " + " | ".join(cells) + " |")
+    lines.append("")
+    base = result["counts"][0]
+    for at, count in enumerate(result["counts"][1:]):
+        parts = [f"{kind} {ratios(result[kind], 0)[at]:.2f}x (wall {ratios(result[kind], 1)[at]:.2f}x)"
+                 for kind in ("warm", "first", "next")]
+        lines.append(f"median ratio {count} / {base}, round by round (CPU): " + ", ".join(parts))
+    lines.append(f"latest phone in every memory_text: {'yes' if result['answers'] else 'NO'}")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--conversations", default="3,300", help="comma-separated counts of earlier conversations")
-    parser.add_argument("--repeat", type=int, default=5, help="new conversations timed at each point")
+    parser.add_argument("--conversations", default="3,300",
+                        help="comma-separated counts of earlier conversations (the first is the base of the ratios)")
+    parser.add_argument("--repeat", type=int, default=9, help="alternating rounds in the warm process")
+    parser.add_argument("--restarts", type=int, default=3, help="restarts (each gives one first call per store)")
     parser.add_argument("--embedder", default="none", help="ACN_EMBEDDER of the app (default none: BM25)")
     args = parser.parse_args()
     counts = [int(n) for n in args.conversations.split(",")]
     total = max(counts) + 60
-    rows = [measure(n, total, args.repeat, args.embedder, lambda m: print(m, flush=True)) for n in counts]
-    print(f"\nembedder {args.embedder}; {total} conversations in the store at every point ({OTHER_USERS} other users "
-          "have the rest); first focused assemble of a new conversation: CPU ms of the request's thread (wall ms "
-          "in brackets; medians over the new conversations)\n")
-    print("| earlier conversations | user-scope rows (live + superseded) | warm process | after a restart: first "
-          "| after a restart: next | latest phone in memory_text |")
-    print("|---|---|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['count']} | {row['user_rows']} | {row['warm']:.1f} ({row['warm_wall']:.1f}) | "
-              f"{row['restart_first']:.1f} ({row['restart_first_wall']:.1f}) | {row['restart_next']:.1f} "
-              f"({row['restart_next_wall']:.1f}) | {'yes' if row['answers'] else 'NO'} |")
-    if len(rows) > 1:
-        base, top = rows[0], rows[-1]
-        print(f"\nratio {top['count']} / {base['count']} (CPU): warm {top['warm'] / base['warm']:.2f}x, "
-              f"after a restart first {top['restart_first'] / base['restart_first']:.2f}x, next "
-              f"{top['restart_next'] / base['restart_next']:.2f}x")
+    result = measure(counts, total, args.repeat, args.restarts, args.embedder, lambda m: print(m, flush=True))
+    print("\n" + report(result, args.embedder, total))
 
 
 if __name__ == "__main__":

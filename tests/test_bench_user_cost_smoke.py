@@ -1,16 +1,20 @@
-"""bench/user_cost.py on a tiny store: every figure is measured and the latest phone is answered everywhere.
+"""bench/user_cost.py on tiny stores: every figure is measured, every ratio taken, and the latest phone is answered
+everywhere.
 
 Behaviour, not timings (the figures are in bench/results/user_cost.md).
 """
 
 from __future__ import annotations
 
-from bench.user_cost import measure
+from bench.user_cost import measure, report
 
 
 def test_the_user_cost_bench_measures_every_column() -> None:
-    row = measure(2, 3, 2, "none", lambda message: None)
-    assert row["count"] == 2 and row["user_rows"] == 4  # two phones (one superseded), two preferences
-    assert row["answers"] is True
-    for column in ("warm", "warm_wall", "restart_first", "restart_first_wall", "restart_next", "restart_next_wall"):
-        assert row[column] > 0, column
+    result = measure([1, 2], 3, 2, 1, "none", lambda message: None)
+    assert result["rows"] == [2, 4]  # one phone and one preference; two phones (one superseded), two preferences
+    assert result["answers"] is True
+    for kind in ("warm", "first", "next"):
+        assert [len(runs) for runs in result[kind]] == ([1, 1] if kind == "first" else [2, 2]), kind
+        assert all(run[0] > 0 and run[1] > 0 for runs in result[kind] for run in runs), kind
+    text = report(result, "none", 3)
+    assert text.count("median ratio 2 / 1") == 1 and "latest phone in every memory_text: yes" in text

@@ -441,3 +441,27 @@ def test_a_session_written_while_the_agent_sessions_are_listed_is_not_missed(tmp
         assert readable(memories, late) == ["列出会话时写入的记录"]  # listed, so read from the store
     finally:
         store.close()
+
+
+def test_at_places_answers_the_live_messages_of_each_session_and_turn_as_a_filter_selects_them(seeded: Any) -> None:
+    # A user's archive answers "the messages around this hit" by (session, turn) without a pass over its rows: the
+    # same rows a filter on session, turn, kind and valid_to selects, before and after puts that follow the first call.
+    _, _, records = seeded
+    index = LocalIndex(0)
+    for record in records[:200]:
+        index.put_row(record, tokenize=False)
+    places = [("s1", 2), ("s2", 5), ("s2", 0), ("s9", 1)]
+
+    def selected() -> list[str]:
+        where = Filter('kind == "turn" and valid_to == 0 and ((session_id == "s1" and turn_from == 2) or '
+                       '(session_id == "s2" and turn_from in [5, 0]))')
+        return [m.id for m in index.select(where)]
+
+    assert [m.id for m in index.at_places(places)] == selected() != []
+    for record in records[200:]:  # new rows, and a row closed in place (same id, valid_to set)
+        index.put_row(record, tokenize=False)
+    first = next(r for r in records if r["kind"] == "turn" and not r["valid_to"] and r["session_id"] == "s1"
+                 and r["turn_from"] == 2)
+    index.put_row({**first, "valid_to": 99}, tokenize=False)
+    assert [m.id for m in index.at_places(places)] == selected() != []
+    assert client_id(str(first["id"])) not in selected()

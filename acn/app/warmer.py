@@ -36,7 +36,14 @@ from collections.abc import Callable
 from acn.common.models import Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.pool import Pool
-from acn.storage.repositories import CACHED_INDEXES, CACHED_POOLS, SHARED_KEPT, MemoryRepository, user_group
+from acn.storage.repositories import (
+    CACHED_INDEXES,
+    CACHED_POOLS,
+    SHARED_KEPT,
+    MemoryRepository,
+    user_group,
+    user_turns_group,
+)
 
 # Sessions warmed at most: as many as the caches keep (more would push the most recent out again).
 WARM_SESSIONS = min(CACHED_POOLS, CACHED_INDEXES, SHARED_KEPT)
@@ -193,7 +200,17 @@ class Warmer:
                 if self.reads:
                     self.reads(tenant, namespace)
                 self._warmed.append((tenant, namespace))
+            self.warm_archive(tenant, agent, user)
             self.held_bytes += cache.nbytes() - before
+
+    def warm_archive(self, tenant: str, agent: str, user: str) -> None:
+        """Load the index of the user's archived messages of all their conversations (Lite): a returning user's new
+        conversation searches it beside its own rows (acn/storage/repositories/user_archive.py), not after a load on
+        its first call."""
+        cache = self.memories.cache
+        listed = self.memories.heads.user_member_ids(tenant, agent, user, "turns")
+        if cache is not None and listed and cache.fits(len(listed)) and self.held_bytes < self.budget_bytes:
+            cache.prewarm((tenant, agent, user_turns_group(user)))
 
     def warm_texts(self) -> None:
         """Do the text work for the warmed sessions, most recently active first, until its bytes are used."""

@@ -11,7 +11,7 @@ import re
 
 from acn.assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from acn.assembly.current import current_memories, current_segments, stale_values
-from acn.assembly.earlier import earlier_conversation_memories, from_earlier_conversation
+from acn.assembly.earlier import from_earlier_conversation
 from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept
 from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
 from acn.assembly.models import LAYERS, AssembleRequest, AssembleResponse, Dropped, Mode, Source, Tokens
@@ -186,7 +186,6 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
         found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
                                   history=history, shown_turns=shown, floor=relative_floor(request.max_tokens),
                                   spill=below)
-        found += earlier_conversation_memories(request, request.user_input, deps)  # a returning user's (issue 48)
         if below is not None and spare is not None:
             if lexical:
                 spare += fill_memories(request, deps, history, below, turn_pool(request.max_tokens))

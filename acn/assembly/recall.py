@@ -18,6 +18,7 @@ import re
 from dataclasses import replace
 from typing import get_args
 
+from acn.assembly.earlier import Place, archived_at, dated, from_other, kept_earlier, place
 from acn.assembly.hops import gathered
 from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
 from acn.common.stored import memory_problem
@@ -94,16 +95,19 @@ def focused_memories(namespace: Namespace, query: str, deps: Deps, *, top_k: int
                                 shown_turns=shown_turns)
     if wants_many(query):  # a count or a list: every weaker hit may hold one of its items; fill by score
         floor = 0.0
+    def shown(memory: Memory) -> Memory:  # another conversation's message is headed by its day and names it
+        return dated(memory) if from_other(namespace, memory) else memory
+
     if merged:  # a long tail of weak matches costs tokens and buries the answer
         cutoff = floor * merged[0].score
         if spill is not None:
-            spill.extend(r.memory for r in merged if r.score < cutoff)
+            spill.extend(shown(r.memory) for r in merged if r.score < cutoff)
         merged = [r for r in merged if r.score >= cutoff]
     weighted = day_weighted(merged)
     # The learned ranker (docs/ranker.md) reorders what passed the floor; without its model, this order stays.
     weighted = reordered(query, weighted, [message_day(c.memory) for c in weighted],
                          enabled=deps.settings.ranker == "learned")
-    return [r.memory for r in weighted]
+    return [shown(r.memory) for r in weighted]
 
 
 def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: int, turn_pool: int,
@@ -129,10 +133,11 @@ def focused_candidates(namespace: Namespace, query: str, deps: Deps, *, top_k: i
                             monologue=MONOLOGUE_DECAY if hybrid else 1.0)
     # Messages still in the recent history are shown there; a fact must not point back to one of them.
     shown = shown_turns if shown_turns is not None else {m.turn for m in history if m.turn is not None}
-    turns = [t for t in turns if not (t.memory.turn_range and t.memory.turn_range[0] in shown)]
-    events, turns = point_back(events, with_holders(events, turns, namespace, deps, shown))
+    shown_places = {(namespace.session_id, turn) for turn in shown}
+    turns = [t for t in turns if place(t.memory) not in shown_places]
+    events, turns = point_back(events, with_holders(events, turns, namespace, deps, shown_places))
     events = events[:top_k]  # facts that are not a message's copy: the request's top_k of them
-    return sorted([*events, *turns], key=lambda r: (-r.score, -r.memory.updated_at))
+    return kept_earlier(namespace, query, sorted([*events, *turns], key=lambda r: (-r.score, -r.memory.updated_at)))
 
 
 def day_weighted(candidates: list[Ranked]) -> list[Ranked]:
@@ -178,20 +183,23 @@ def ranked(namespace: Namespace, query: str, deps: Deps, *, kinds: list[MemoryKi
     # Distinct: the layer shows a text once anyway, so copies (a question asked again, a repeated tool line)
     # would only take the pool's places from other candidates and their neighbours.
     pool = min(max(top_k, pool or MIN_POOL), MAX_POOL)
-    return rank(request, deps, pool=pool, distinct=True,
-                dense_weight=dense_weight, keep=top_k)[:top_k]
+    # With a user, their earlier conversations' messages are candidates too, ranked with these (issue 48).
+    return rank(request, deps, pool=pool, distinct=True, dense_weight=dense_weight, keep=top_k,
+                earlier=bool(namespace.user_id))[:top_k]
 
 
 def point_back(events: list[Ranked], turns: list[Ranked]) -> tuple[list[Ranked], list[Ranked]]:
     """Drop extracted facts that a retrieved message of their turn contains; that message inherits their score."""
-    by_turn: dict[int, list[int]] = {}
+    by_turn: dict[Place, list[int]] = {}
     for index, turn in enumerate(turns):
-        if turn.memory.turn_range:
-            by_turn.setdefault(turn.memory.turn_range[0], []).append(index)
+        at = place(turn.memory)
+        if at is not None:
+            by_turn.setdefault(at, []).append(index)
     kept = []
     for event in events:
         folded = normalise(event.memory.content)
-        holder = next((i for i in by_turn.get((event.memory.turn_range or [-1])[0], [])
+        at = place(event.memory)
+        holder = next((i for i in (by_turn.get(at, []) if at is not None else [])
                        if folded and folded in normalise(turns[i].memory.content)), None)
         if holder is None:
             kept.append(event)
@@ -201,20 +209,22 @@ def point_back(events: list[Ranked], turns: list[Ranked]) -> tuple[list[Ranked],
 
 
 def with_holders(events: list[Ranked], turns: list[Ranked], namespace: Namespace, deps: Deps,
-                 shown: set[int]) -> list[Ranked]:
+                 shown: set[Place]) -> list[Ranked]:
     """Return the turns plus, for each fact whose turn has no retrieved message, that turn's archived messages.
 
     A fact extracted word for word from a message is a copy of it: the store's distinct search keeps one copy
     of a text (the fact, written after its message), so the message itself is often missing from the list.
-    point_back then serves the message (speaker, date, surroundings) in the fact's place.
+    point_back then serves the message (speaker, date, surroundings) in the fact's place. A user's fact from an
+    earlier conversation is looked for in that conversation.
     """
-    have = {t.memory.turn_range[0] for t in turns if t.memory.turn_range}
-    wanted = {e.memory.turn_range[0] for e in events if e.memory.turn_range} - have - shown
+    have = {place(t.memory) for t in turns}
+    wanted = {at for e in events if (at := place(e.memory)) is not None and (
+        e.memory.session_id == namespace.session_id or e.memory.user_id == namespace.user_id)} - have - shown
     if not wanted:
         return turns
     known = {t.memory.id for t in turns}
-    extra = [Ranked(m, 0.0, {"holder": 1.0}) for m in readable(deps.memories.archived_messages(
-        deps.tenant, namespace, sorted(wanted))) if m.id not in known]
+    extra = [Ranked(m, 0.0, {"holder": 1.0}) for m in readable(archived_at(namespace, wanted, deps))
+             if m.id not in known]
     return turns + extra
 
 
@@ -234,11 +244,11 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps,
     best = [h for h in hits[:NEIGHBOUR_HITS] if h.memory.turn_range]
     if not best:
         return hits
-    wanted = sorted({h.memory.turn_range[0] + step for h in best if h.memory.turn_range  # turns around each hit
-                     for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)})
-    memories = deps.memories
-    around = sorted(committed(readable(memories.archived_messages(deps.tenant, namespace, wanted)),
-                              lambda m: m, deps), key=message_order)
+    wanted = {(session, turn + step) for h in best if (at := place(h.memory)) is not None  # turns around each hit
+              for session, turn in [at] for step in range(-NEIGHBOUR_SPAN, NEIGHBOUR_SPAN + 1)}
+    # In its own conversation: an earlier conversation's message has its neighbours there (issue 48).
+    around = sorted(committed(readable(archived_at(namespace, wanted, deps)), lambda m: m, deps),
+                    key=lambda m: (m.session_id or "", *message_order(m)))
     position = {m.id: i for i, m in enumerate(around)}
     found = {h.memory.id: h for h in hits}
     speakers = [speaker_key(m) for m in around]
@@ -249,7 +259,8 @@ def with_neighbours(hits: list[Ranked], namespace: Namespace, deps: Deps,
         asks = _QUESTION.search(hit.memory.content) is not None
         for step in (*range(-NEIGHBOUR_SPAN, 0), *range(1, NEIGHBOUR_SPAN + 1)):
             near = index + step
-            if not 0 <= near < len(around) or not same_day(around[near], hit.memory):
+            if not 0 <= near < len(around) or not same_day(around[near], hit.memory) \
+                    or around[near].session_id != hit.memory.session_id:
                 continue
             exchange = around[near].turn_range == hit.memory.turn_range or len(
                 set(speakers[min(index, near):max(index, near) + 1])) > 1

@@ -131,10 +131,12 @@ class Ranked:
 
 
 def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
-         distinct: bool = False, dense_weight: float | None = None, keep: int | None = None) -> list[Ranked]:
+         distinct: bool = False, dense_weight: float | None = None, keep: int | None = None,
+         earlier: bool = False) -> list[Ranked]:
     """Return scored memories, best first, above min_score; `pool` candidates per search list; `dense_weight`:
     how much the dense list counts in the fusion (default DENSE_WEIGHT); `keep`: the caller reads only the best
-    `keep` of them (the rest may be left out; the best `keep` are the same)."""
+    `keep` of them (the rest may be left out; the best `keep` are the same); `earlier`: the user's archived
+    messages of their other conversations are candidates too (issue 48)."""
     memories = deps.memories
     if request.key:
         found = memories.queries.by_key(deps.tenant, request, request.key, scopes=request.scopes,
@@ -144,7 +146,8 @@ def rank(request: MemoryRetrieveRequest, deps: Deps, *, pool: int | None = None,
         pool = pool or max(2 * request.top_k, min(request.top_k * CANDIDATE_FACTOR, MAX_POOL))
         candidates = memories.queries.search_readable(
             deps.tenant, request, request.query, scopes=request.scopes, include_superseded=request.include_superseded,
-            kinds=request.kinds, limit=pool, distinct=distinct, text_query=expand_query(lexical_query(request.query)))
+            kinds=request.kinds, limit=pool, distinct=distinct, text_query=expand_query(lexical_query(request.query)),
+            earlier=earlier)
     # Lite's BM25 also returns rows that share no term with the query (score 0): they are not matches.
     candidates = [c for c in candidates if c.bm25 > 0 or c.dense > 0]
     candidates = committed(candidates, lambda c: c.memory, deps)

@@ -35,3 +35,18 @@ _EARLIER_CONVERSATION = re.compile(
 def asks_about_earlier_conversation(query: str) -> bool:
     """Return True when a query may refer to an earlier conversation ("上次说的那个退款怎么样了？")."""
     return bool(_EARLIER_CONVERSATION.search(query))
+
+
+# The business of one conversation: an order, a ticket, a parcel, a refund (a narrower list than what keeps an
+# extracted memory in its conversation, acn/memory/durable.py: a day word such as "today" is in most messages of a
+# chat that spans weeks, and an earlier conversation's "today" is still worth recalling).
+_BUSINESS = re.compile(
+    r"这单|这笔|订单|单号|工单|物流|快递|包裹|退款|退货|换货|发货|到货|"
+    r"\bthis (?:order|ticket|parcel|package)\b|\border\s*(?:number|no\.?|#)|\btracking number\b|\brefund\b",
+    re.IGNORECASE,
+)
+
+
+def conversation_business(text: str) -> bool:
+    """Return True when a message is about one conversation's business (an order, a parcel, a refund …)."""
+    return bool(_BUSINESS.search(text))

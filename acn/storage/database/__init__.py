@@ -12,7 +12,7 @@ Its door is this module: the other rooms and the app's wiring import the names b
 from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, Record
 from acn.storage.database.crypto import SnapshotCipher
 from acn.storage.database.kept import SHARED_KEPT, Kept
-from acn.storage.database.lite.held import HeldIndexes, held_page, held_rows, held_search
+from acn.storage.database.lite.held import HeldIndexes, held_page, held_rows, held_search, merged_hits
 from acn.storage.database.lite.index_loads import GroupKey, Stamp
 from acn.storage.database.lite.index_rows import DISTINCT_FETCH
 from acn.storage.database.lite.read_cache import ReadCache
@@ -62,8 +62,8 @@ __all__ = [
     "NO_TURN", "OUTPUT_FIELDS", "QUERY_WINDOW", "READS", "ReadCache", "Record", "RefusedStore", "RowSealer",
     "SCOPED_ID_CHARS", "SHARED_KEPT", "Scored", "SealedStore", "SnapshotCipher", "Stamp", "check_encryption",
     "client_id", "every_row", "from_record", "group_filter", "group_turns_user", "group_user", "held_page",
-    "held_rows", "held_search", "kinds_filter", "live_filter", "memory_spec", "namespace_filter", "new_memory_id",
-    "one_per_text", "open_store", "pending_vector", "read_fact", "scope_filter", "sealing_problem",
+    "held_rows", "held_search", "kinds_filter", "live_filter", "memory_spec", "merged_hits", "namespace_filter",
+    "new_memory_id", "one_per_text", "open_store", "pending_vector", "read_fact", "scope_filter", "sealing_problem",
     "session_filter", "share_segmentation", "store_secret", "stored_id", "stored_ids", "tenant_filter", "to_record",
     "user_filter", "user_group", "user_turns_group", "warm_insert_checks", "with_client_id", "write_fact",
 ]

@@ -181,8 +181,8 @@ def user_group(user_id: str) -> str:
     return USER_GROUP + user_id
 
 
-# The archived messages of every conversation of a user with an agent, held apart again (read only when an input
-# asks about an earlier conversation: MemoryQueries.earlier_messages).
+# The archived messages of every conversation of a user with an agent, held apart again (a later conversation of
+# the user searches them beside its own rows: acn/storage/repositories/user_archive.py).
 USER_TURNS = "~turns~"
 
 

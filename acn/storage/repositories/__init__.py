@@ -5,7 +5,8 @@ Its door is this module; the pipelines, nodes and inspector import only from her
   pipelines ask, and `kept`, what is kept in process between calls), `SessionRepository` (versioned session
   snapshots under a lease), the start-up `carry_over` between embedders and `open_coordinator` (Redis leases);
 - the vocabulary the pipelines share with them: `Scored` candidates, ids (`new_memory_id`, `SCOPED_ID_CHARS`),
-  `NO_TURN`, `QUERY_WINDOW`, `scope_key`, `user_group`, a write `Stamp` and the sizes of what is kept.
+  `NO_TURN`, `QUERY_WINDOW`, `scope_key`, `user_group` and `user_turns_group` (a user's memories, their archive),
+  a write `Stamp` and the sizes of what is kept.
 """
 
 from acn.storage.database import (
@@ -19,6 +20,7 @@ from acn.storage.database import (
     Stamp,
     new_memory_id,
     user_group,
+    user_turns_group,
 )
 from acn.storage.repositories.coordination import open_coordinator
 from acn.storage.repositories.memories import MemoryRepository
@@ -29,5 +31,5 @@ from acn.storage.repositories.sessions import SessionRepository
 __all__ = [
     "CACHED_INDEXES", "CACHED_POOLS", "MemoryRepository", "NO_TURN", "QUERY_WINDOW", "SCOPED_ID_CHARS",
     "SHARED_KEPT", "Scored", "SessionRepository", "Stamp", "carry_over", "new_memory_id", "open_coordinator",
-    "scope_key", "scope_legacy_ids", "user_group",
+    "scope_key", "scope_legacy_ids", "user_group", "user_turns_group",
 ]

@@ -25,7 +25,6 @@ from acn.storage.database import (
     QUERY_WINDOW,
     Filter,
     HeldIndexes,
-    Hit,
     Kept,
     MemoryStore,
     ReadCache,
@@ -57,6 +56,7 @@ from acn.storage.repositories.clock import NamespaceLocks, SessionClock
 from acn.storage.repositories.head_groups import group_known_empty, group_member_ids
 from acn.storage.repositories.memory_heads import MemoryHeads
 from acn.storage.repositories.memory_queries import MemoryQueries
+from acn.storage.repositories.user_archive import archive_query, as_hits, has_earlier, with_earlier
 
 log = logging.getLogger("acn.store")
 
@@ -380,14 +380,16 @@ class MemoryRepository:
 
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
                text_query: str | None = None, within: Namespace | None = None,
-               distinct: bool = False) -> list[Scored]:
+               distinct: bool = False, earlier: bool = False) -> list[Scored]:
         """Return BM25 (and dense, when configured) candidates for a query, merged by id, with their ranks.
 
         `text_query` (default: the query) is what BM25 searches, e.g. the query with inflections added; the
         embedder always sees the query itself. Rows BM25 scores 0 (Lite returns them anyway) get no BM25 rank.
         With `within`, only the rows that namespace's session can read are searched (group_filter); with a Lite
         file they are then searched in memory (acn/storage/database/lite/local_index.py). With `distinct`, each list
-        holds one copy of a text (one_per_text): a line repeated across a session takes one place, not many.
+        holds one copy of a text (one_per_text): a line repeated across a session takes one place, not many. With
+        `earlier` and a user, the user's archived messages of their other conversations are candidates too
+        (user_archive.py), merged into the same lists.
         """
         flt = tenant_filter(tenant).and_(where)
         if within is not None:
@@ -396,25 +398,32 @@ class MemoryRepository:
             return []
         indexes = (self.held.of(tenant, within, flt, wait=self.store_cold)
                    if within is not None and self.held is not None else None)
-        if indexes is None and within is not None and self.heads.readable_empty(tenant, within):
+        earlier = earlier and within is not None and has_earlier(self, tenant, within)
+        nothing_own = indexes is None and within is not None and self.heads.readable_empty(tenant, within)
+        if nothing_own and not earlier:
             return []
         vector = self._query_vector(query)
         dense_flt = flt.and_(EMBEDDED) if self.flagged else flt  # rows still in the backlog: BM25 only
-        text_limit, vector_limit = limit, dense_limit or limit
-        if indexes is not None:
-            text_hits, dense_hits = held_search(indexes, text_query or query, vector, flt, dense_flt,
-                                                (text_limit, vector_limit), distinct)
-        else:
+        limits = text_limit, vector_limit = limit, dense_limit or limit
+        text = text_query or query
+        text_hits: list[tuple[Memory, float]] = []
+        dense_hits: list[tuple[Memory, float]] = []
+        if indexes is not None:  # the user's index (the second) by the input's content words, as their archive
+            text_hits, dense_hits = held_search(indexes, (text, archive_query(text)), vector, flt, dense_flt, limits,
+                                                distinct)
+        elif not nothing_own:
             self.store_cold = False  # Lite's search structures are built by this search: later loads need not wait
             fetch = DISTINCT_FETCH if distinct else 1  # copies must not leave a distinct list short
-            text_hits = self._store_hits(self.store.search_text(
-                self.spec.name, text_query or query, limit=min(text_limit * fetch, QUERY_WINDOW), where=flt,
-                fields=OUTPUT_FIELDS))
-            dense_hits = self._store_hits(self.store.search_dense(
+            text_hits = as_hits(self.store.search_text(
+                self.spec.name, text, limit=min(text_limit * fetch, QUERY_WINDOW), where=flt, fields=OUTPUT_FIELDS))
+            dense_hits = as_hits(self.store.search_dense(
                 self.spec.name, vector, limit=min(vector_limit * fetch, QUERY_WINDOW), where=dense_flt,
                 fields=OUTPUT_FIELDS)) if vector is not None else []
             if distinct:
                 text_hits, dense_hits = one_per_text(text_hits, text_limit), one_per_text(dense_hits, vector_limit)
+        if earlier and within is not None:  # ranked with the conversation's own (issue 48)
+            text_hits, dense_hits = with_earlier(self, tenant, within, text, vector, limits, distinct,
+                                                 (text_hits, dense_hits))
         found: dict[str, Scored] = {}
         for position, (memory, score) in enumerate(text_hits, start=1):
             found[memory.id] = Scored(memory, bm25=score, bm25_rank=position if score > 0 else None)
@@ -435,8 +444,3 @@ class MemoryRepository:
             log.warning("query not embedded, searching by text only: %s", error.message)
             degraded.note("dense")
             return None
-
-    @staticmethod
-    def _store_hits(hits: list[Hit]) -> list[tuple[Memory, float]]:
-        return [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in hits]
-

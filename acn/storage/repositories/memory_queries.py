@@ -32,15 +32,14 @@ from acn.storage.database import (
     kinds_filter,
     live_filter,
     namespace_filter,
-    one_per_text,
     scope_filter,
     session_filter,
     stored_ids,
     tenant_filter,
     user_filter,
-    user_turns_group,
 )
 from acn.storage.repositories.memory_heads import MemoryHeads
+from acn.storage.repositories.user_archive import earlier_at
 
 
 def readable(namespace: Namespace, scopes: Sequence[str] | None = None, *, include_superseded: bool = False,
@@ -74,7 +73,7 @@ class Primitives(Protocol):
 
     def search(self, tenant: str, query: str, where: Filter, *, limit: int, dense_limit: int | None = None,
                text_query: str | None = None, within: Namespace | None = None,
-               distinct: bool = False) -> list[Scored]: ...
+               distinct: bool = False, earlier: bool = False) -> list[Scored]: ...
 
 
 class MemoryQueries:
@@ -105,11 +104,13 @@ class MemoryQueries:
 
     def search_readable(self, tenant: str, namespace: Namespace, query: str, *, scopes: Sequence[str] | None,
                         include_superseded: bool, kinds: Sequence[str] | None, limit: int,
-                        text_query: str | None = None, distinct: bool = False) -> list[Scored]:
-        """Return BM25 (and dense) candidates among what the namespace may read (see `search`)."""
+                        text_query: str | None = None, distinct: bool = False,
+                        earlier: bool = False) -> list[Scored]:
+        """Return BM25 (and dense) candidates among what the namespace may read (see `search`; `earlier`: the
+        user's archived messages of their other conversations too)."""
         where = readable(namespace, scopes, include_superseded=include_superseded, kinds=kinds)
         return self._memories.search(tenant, query, where, limit=limit, within=namespace, distinct=distinct,
-                           text_query=text_query)
+                                     text_query=text_query, earlier=earlier)
 
     def by_key(self, tenant: str, namespace: Namespace, key: str, *, scopes: Sequence[str] | None,
                include_superseded: bool, kinds: Sequence[str] | None, limit: int) -> list[Memory]:
@@ -221,29 +222,11 @@ class MemoryQueries:
             Filter("user_id != {other_user}", {"other_user": user_id}))
         return bool(self._memories.find(tenant, where, limit=1))
 
-    def earlier_messages(self, tenant: str, namespace: Namespace, query: str, *, limit: int) -> list[Memory]:
-        """Return the user's archived messages of their other conversations with the agent that match the query
-        (BM25), best first: what an input asking about an earlier conversation may need. On a Lite file they are
-        searched in an index of the user's archive, loaded when first asked (none of it is read otherwise)."""
-        if not namespace.user_id or not query.strip():
-            return []
-        where = tenant_filter(tenant).and_(Filter(
-            'agent_id == {earlier_agent} and kind == "turn" and user_id == {earlier_user} and '
-            'session_id != {earlier_session} and valid_to == 0',
-            {"earlier_agent": namespace.agent_id, "earlier_user": namespace.user_id,
-             "earlier_session": namespace.session_id}))
-        memories = self._memories
-        if memories.cache is not None:
-            index = memories.cache.group_index((tenant, namespace.agent_id, user_turns_group(namespace.user_id)),
-                                               where)
-            if index is not None:
-                return [memory for memory, score in index.search_text(query, where, limit, distinct=True)
-                        if score > 0]
-        if memories.heads.user_empty(tenant, namespace.agent_id, namespace.user_id, "turns"):
-            return []
-        hits = [(from_record({"id": hit.id, **hit.record}), hit.score) for hit in memories.store.search_text(
-            memories.spec.name, query, limit=limit, where=where, fields=OUTPUT_FIELDS)]
-        return [memory for memory, score in one_per_text(hits, limit) if score > 0]
+    def earlier_at(self, tenant: str, namespace: Namespace,
+                   places: Sequence[tuple[str, int]]) -> list[Memory] | None:
+        """Return the user's archived messages at these (session id, turn) places of their conversations, from the
+        index of their archive (None: not held): see user_archive.py."""
+        return earlier_at(self._memories.cache, tenant, namespace, places)
 
     # -- the inspector ---------------------------------------------------------------------------------------------
 

@@ -75,12 +75,14 @@ def held_rows(indexes: list[LocalIndex], where: Filter, fields: list[str]) -> li
     return [record for index, where_here in each(indexes, where) for record in index.records(where_here, fields)]
 
 
-def held_search(indexes: list[LocalIndex], text_query: str, vector: list[float] | None, where: Filter,
+def held_search(indexes: list[LocalIndex], text_queries: tuple[str, str], vector: list[float] | None, where: Filter,
                 dense_where: Filter, limits: tuple[int, int], distinct: bool) -> tuple[Hits, Hits]:
-    """Return the BM25 and dense hits of the indexes (limits: text, dense), merged across them."""
+    """Return the BM25 and dense hits of the indexes (limits: text, dense), merged across them. `text_queries`: what
+    the session's index is searched for, then the user's (the second: the input's content words, as the user's
+    archive is searched: repositories/user_archive.py)."""
     text_limit, vector_limit = limits
-    text_hits = merged_hits([index.search_text(text_query, where_here, text_limit, distinct=distinct)
-                             for index, where_here in each(indexes, where)], text_limit, distinct)
+    text_hits = merged_hits([index.search_text(text_queries[min(at, 1)], where_here, text_limit, distinct=distinct)
+                             for at, (index, where_here) in enumerate(each(indexes, where))], text_limit, distinct)
     dense_hits = merged_hits([index.search_dense(vector, where_here, vector_limit, distinct=distinct)
                               for index, where_here in each(indexes, dense_where)],
                              vector_limit, distinct) if vector is not None else []

@@ -18,6 +18,8 @@ ROW_FIELDS = ("id", "content", *MEMORY_FIELDS, EMBEDDED_FIELD)
 AT = {field: at for at, field in enumerate(ROW_FIELDS)}
 CONTENT = AT["content"]
 CREATED = AT["created_at"]
+KIND, VALID_TO = AT["kind"], AT["valid_to"]
+PLACE_AT = (AT["session_id"], AT["turn_from"])  # where an archived message sits: (session id, turn)
 # What a filter reads of a row's tuple: its fields but the text and the JSON document (as stored_row leaves them).
 FILTERABLE = tuple(field if field not in ("content", "doc") else "" for field in ROW_FIELDS)
 # Fields whose values repeat across rows: held once per index (see _Rows.intern).
@@ -59,6 +61,11 @@ def tested(matches: Callable[[Row], bool], rows: list[Row], fields: tuple[str, .
 def nothing(row: Row) -> tuple[()]:
     """Return no fields (a filter that reads none)."""
     return ()
+
+
+def place_of(row: Row) -> tuple[Any, Any]:
+    """Return where a row sits among a user's conversations: (session id, turn)."""
+    return row[PLACE_AT[0]], row[PLACE_AT[1]]
 
 
 def row_client_id(row: Row) -> str:

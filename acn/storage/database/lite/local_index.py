@@ -20,7 +20,7 @@ import math
 import threading
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 import numpy as np
@@ -34,11 +34,14 @@ from acn.storage.database.lite.index_rows import (
     CONTENT,
     CREATED,
     FILTERABLE,
+    KIND,
     MISSING,
     REPEATED,
     ROW_FIELDS,
+    VALID_TO,
     Row,
     distinct_top,
+    place_of,
     room,
     row_client_id,
     row_memory,
@@ -112,6 +115,9 @@ class LocalIndex:
         # by every conversation of the user with the same filters (memory_rows.for_user_rows), so a new
         # conversation's standing memories and superseded values cost no pass over the user's rows.
         self._pages: OrderedDict[Hashable, tuple[int, list[Memory]]] = OrderedDict()
+        # (session id, turn) -> slots, made on the first at_places call and kept by every put after it: a user's
+        # archive of all their conversations answers "the messages around this hit" without a pass over its rows.
+        self._places: dict[tuple[Any, Any], list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -190,6 +196,8 @@ class LocalIndex:
             self._slots[key] = slot
             self._rows.append(row)
             self._grow(slot)
+            if self._places is not None:  # a row's id fixes its place: a replaced row keeps its slot's
+                self._places.setdefault(place_of(row), []).append(slot)
         else:
             old = self._rows[slot][CONTENT]
             if old == content and self._posted[slot] and terms is None:
@@ -304,6 +312,18 @@ class LocalIndex:
         allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
         kept = self._dense_rows = gather_dense_rows(kept, key, self._writes, self._changes, allowed, self._vectors)
         return allowed, kept.buffer[:len(allowed)]
+
+    def at_places(self, places: Iterable[tuple[str, int]]) -> list[Memory]:
+        """Return the live archived messages at these (session id, turn) places, in the order they were put."""
+        with self._lock:
+            if self._places is None:
+                self._places = {}
+                for slot, row in enumerate(self._rows):
+                    self._places.setdefault(place_of(row), []).append(slot)
+            rows = self._rows
+            slots = sorted(slot for place in set(places) for slot in self._places.get(place, ())
+                           if rows[slot][KIND] == "turn" and not rows[slot][VALID_TO])
+            return self._memories(slots)
 
     def select(self, where: Filter) -> list[Memory]:
         """Return every row matching the filter, in the order they were first put."""
