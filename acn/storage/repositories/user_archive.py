@@ -117,7 +117,7 @@ def earlier_hits(repository: ArchiveSource, tenant: str, namespace: Namespace, t
     fetch = DISTINCT_FETCH if distinct else 1
     store = repository.store
     text_hits = as_hits(store.search_text(repository.spec.name, text, where=where, fields=OUTPUT_FIELDS,
-                                           limit=min(text_limit * fetch, QUERY_WINDOW))) if text else []
+                                          limit=min(text_limit * fetch, QUERY_WINDOW))) if text else []
     dense_where = where.and_(EMBEDDED) if repository.flagged else where
     dense_hits = as_hits(store.search_dense(
         repository.spec.name, vector, where=dense_where, fields=OUTPUT_FIELDS,
