@@ -292,7 +292,8 @@ def evaluate(job: Job) -> tuple[list[Record], float, float]:
                 add(name, query, budget, context.text, set(context.ids), context.tokens)
     namespace = {"agent_id": "recall-bench", "session_id": re.sub(r"[^A-Za-z0-9_.:@-]", "-", case.id)}
     asked = xconv.asked_in(case) if case.across else namespace
-    ours = Ours(job.folder / re.sub(r"[^A-Za-z0-9_.-]", "-", case.id),
+    # One store a case: locomo and locomo-xconv share conversation ids, so the suite names the folder too.
+    ours = Ours(job.folder / re.sub(r"[^A-Za-z0-9_.-]", "-", f"{case.suite}-{case.id}"),
                 cached_name(job.ours_embedder, job.vector_cache), job.folder / "model-cache")
     try:
         started = time.perf_counter()

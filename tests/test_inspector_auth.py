@@ -185,7 +185,7 @@ def test_expired_or_tampered_tokens_are_refused(keyed_app: Flask, change: str) -
         "signature": ".".join([version, key_id, expiry, nonce, mac[:-2] + ("AA" if mac[-2:] != "AA" else "BB")]),
         "key id": ".".join([version, other_key_id, expiry, nonce, mac]),
         "expiry": ".".join([version, key_id, str(int(expiry) - 60), nonce, mac]),
-        "nonce": ".".join([version, key_id, expiry, "A" + nonce[1:], mac]),
+        "nonce": ".".join([version, key_id, expiry, ("B" if nonce[0] == "A" else "A") + nonce[1:], mac]),
         "far future": auth.issue(KEY_A, now=time.time() + 10 * 86400),
         "garbage": "v1.....",
     }[change]
