@@ -17,7 +17,7 @@ from acn.compaction.key_numbers import EARLIER_SUFFIX
 from acn.compaction.segment_lines import render_segment
 from acn.compaction.state import working_state
 from acn.storage.repositories import MemoryRepository
-from acn.text.numbers import extract_key_numbers, value_present
+from acn.text.numbers import extract_key_numbers, value_haystack, value_needle, value_present
 
 _EARLIER = tuple(EARLIER_SUFFIX.values())
 
@@ -52,7 +52,16 @@ def mentions_stale(text: str, stale: set[str] | frozenset[str]) -> bool:
 # change little from turn to turn.
 @lru_cache(maxsize=16384)
 def _mentions_any(text: str, stale: frozenset[str]) -> bool:
-    return any(value_present(value, text) for value in stale)
+    # A user who changed their phone 300 times has 300 stale values, and a new conversation's first assemble asks
+    # of every candidate: only a value whose needle is in the text can be present (value_needle), so the costly
+    # check runs for those alone, not for each value against each candidate (issue 48).
+    haystack = value_haystack(text)
+    return any(needle in haystack and value_present(value, text) for value, needle in _needles(stale))
+
+
+@lru_cache(maxsize=256)
+def _needles(stale: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((value, value_needle(value)) for value in stale)
 
 
 def current_segment(segment: Segment, stale: set[str]) -> Segment:
