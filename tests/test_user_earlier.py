@@ -118,7 +118,13 @@ def test_after_a_restart_the_users_archive_is_held_before_their_first_call(tmp_p
     runtime = app.extensions["acn"]
     try:
         assert runtime.warmer is not None and runtime.warmer.done.wait(60)
-        assert len(runtime.memories.cache.indexes[("default", "kefu", "~turns~u-42")]) == 2 * len(TRIP)
+        archive = runtime.memories.cache.indexes[("default", "kefu", "~turns~u-42")]
+        assert len(archive) == 2 * len(TRIP)
+        # Searched as a new conversation searches it: the filter's mask over the user's messages (their whole
+        # history) is made by the warmer, and the first call makes none.
+        masks = set(archive._masks)
+        assert masks
         assert "钢琴" in focused(app.test_client(), user_ns("c-2"), "钢琴课是星期几？")["memory_text"]
+        assert set(archive._masks) == masks
     finally:
         runtime.close()

@@ -193,6 +193,7 @@ class Warmer:
             if listed is None or not cache.fits(len(listed)):
                 continue
             before = cache.nbytes()
+            self.warm_archive(tenant, agent, user)  # first: the reads below search it as a new conversation does
             if cache.prewarm((tenant, agent, user_group(user))) is not None:
                 # The reads and texts of a new conversation of the user (one with no row of its own: every such
                 # conversation shares what these keep, MemoryQueries._reader_key).
@@ -200,7 +201,6 @@ class Warmer:
                 if self.reads:
                     self.reads(tenant, namespace)
                 self._warmed.append((tenant, namespace))
-            self.warm_archive(tenant, agent, user)
             self.held_bytes += cache.nbytes() - before
 
     def warm_archive(self, tenant: str, agent: str, user: str) -> None:

@@ -61,9 +61,12 @@ def warm_reads(memories: MemoryRepository, tenant: str, namespace: Namespace) ->
     # it (every kind: focused); the request's default scopes. Focused last: an index keeps the vectors of one dense
     # filter copied out (LocalIndex._allowed_vectors, 10k rows of 512 floats: ~35 ms), and a focused assemble's
     # first call also segments its candidates, while memory_retrieve's is light (USE, 10k: ~25 ms against ~60).
+    # With a user, the focused search reads their earlier conversations' archive as recall.ranked does: its index's
+    # filter mask and vectors (O(the user's messages)) are made here, not on a new conversation's first call.
     every: list[MemoryKind] = list(get_args(MemoryKind))
     for wanted in (None, every):
         request = MemoryRetrieveRequest(agent_id=namespace.agent_id, session_id=namespace.session_id,
                                         user_id=namespace.user_id, query=WARM_QUERY, kinds=wanted)
         memories.queries.search_readable(tenant, request, WARM_QUERY, scopes=request.scopes,
-                                 include_superseded=request.include_superseded, kinds=request.kinds, limit=1)
+                                 include_superseded=request.include_superseded, kinds=request.kinds, limit=1,
+                                 earlier=wanted is not None and bool(namespace.user_id))
