@@ -180,9 +180,10 @@ def test_the_most_recent_session_stays_warm_when_the_estimates_fall_short(tmp_pa
         cache = runtime.memories.cache
         assert cache is not None and cache.nbytes() <= 1 << 20
         pool = ("dedup pool", DEFAULT_TENANT, BIG.agent_id, scope_key(BIG, ["session"]))
-        assert cache.parked_current(DEFAULT_TENANT, BIG.agent_id, pool)
-        assert not cache.parked_current(DEFAULT_TENANT, older.agent_id,
-                                        ("dedup pool", DEFAULT_TENANT, older.agent_id, scope_key(older, ["session"])))
+        assert cache.parked_current(DEFAULT_TENANT, BIG, pool, ["session"])
+        assert not cache.parked_current(DEFAULT_TENANT, older,
+                                        ("dedup pool", DEFAULT_TENANT, older.agent_id, scope_key(older, ["session"])),
+                                        ["session"])
     finally:
         runtime.close()
 

@@ -20,14 +20,16 @@ class Pool:
     """The live memories a batch can collide with, indexed once (DedupIndex); the batch's writes saved in one upsert.
 
     With a Lite file the index outlives the batch: parked after a save, it serves the next batch of the same
-    namespace and scopes unless another write to the agent (or to the shared scope) happened in between, so a
+    namespace and scopes unless a memory the namespace reads was written in between (write_counters.py), so a
     namespace is read once per process, not once per batch, at any size.
     """
 
     def __init__(self, memories: MemoryRepository, tenant: str, loaded: list[Known] | None,
-                 namespace: Namespace | None = None, key: Hashable = None, stamp: Stamp | None = None) -> None:
+                 namespace: Namespace | None = None, key: Hashable = None, stamp: Stamp | None = None,
+                 scopes: Sequence[str] | None = None) -> None:
         self.memories, self.tenant = memories, tenant
-        self.namespace, self.key, self.stamp = namespace, key, stamp
+        # A parked pool goes stale when a memory of its scopes that the namespace reads is written (the stamp).
+        self.namespace, self.key, self.stamp, self.scopes = namespace, key, stamp, scopes
         self.index = DedupIndex()
         self.pending: dict[str, Memory] = {}
         self.stored: dict[str, Memory] = {}  # full rows read for an update or a supersede
@@ -54,12 +56,12 @@ class Pool:
             return cls.load_shared(memories, tenant, namespace, scopes)
         if "turn" not in kinds:  # every kind but archived messages: the next batch may bring others
             key = ("dedup pool", tenant, namespace.agent_id, scope_key(namespace, scopes))
-            parked = memories.kept.unpark(tenant, namespace.agent_id, key)
+            parked = memories.kept.unpark(tenant, namespace, key, scopes)
             if isinstance(parked, Pool):
                 return parked
-            stamp = memories.kept.stamp(tenant, namespace.agent_id)
+            stamp = memories.kept.stamp(tenant, namespace, scopes)
             rows = memories.queries.known_rows(tenant, namespace, scopes, KNOWN_FIELDS)
-            return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp)
+            return cls(memories, tenant, [known(row) for row in rows], namespace, key, stamp, scopes)
         rows = memories.queries.known_rows(tenant, namespace, scopes, KNOWN_FIELDS, kinds=kinds)
         return cls(memories, tenant, [known(row) for row in rows], namespace)
 
@@ -204,9 +206,7 @@ class Pool:
             if self.stamp is not None and self.namespace is not None:
                 # This write is reflected here (the counters move as the repository moves them); any other
                 # write since the load is not, and makes the stamps differ.
-                epoch, agent, shared = self.stamp
-                self.stamp = (epoch, agent + any(m.agent_id == self.namespace.agent_id for m in written),
-                              shared + any(m.scope == "shared" for m in written))
+                self.stamp = self.memories.kept.moved(self.stamp, self.tenant, self.namespace, written, self.scopes)
 
     def park(self) -> None:
         """Keep the index for the next batch (only if it is complete and nothing else wrote meanwhile)."""
@@ -217,7 +217,7 @@ class Pool:
             return
         if self.stamp is not None and self.namespace is not None and not self.pending:
             self.stored.clear()
-            self.memories.kept.park(self.tenant, self.namespace.agent_id, self.key, self, self.stamp)
+            self.memories.kept.park(self.tenant, self.namespace, self.key, self, self.stamp, self.scopes)
 
     def nbytes(self) -> int:
         """Return an estimate of the memory a parked pool holds."""

@@ -13,12 +13,13 @@ from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, 
 from acn.storage.database.crypto import SnapshotCipher
 from acn.storage.database.kept import SHARED_KEPT, Kept
 from acn.storage.database.lite.held import HeldIndexes, held_page, held_rows, held_search, merged_hits
-from acn.storage.database.lite.index_loads import GroupKey, Stamp
+from acn.storage.database.lite.index_loads import GroupKey
 from acn.storage.database.lite.index_rows import DISTINCT_FETCH
 from acn.storage.database.lite.read_cache import ReadCache
 from acn.storage.database.lite.read_priority import READS
 from acn.storage.database.lite.sizes import CACHED_BYTES, CACHED_INDEX_ROWS, CACHED_INDEXES, CACHED_POOLS
 from acn.storage.database.lite.tokens import share_segmentation
+from acn.storage.database.lite.write_counters import Stamp
 from acn.storage.database.memory_rows import (
     EMBEDDED,
     EMBEDDED_FIELD,

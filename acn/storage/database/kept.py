@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-from acn.common.models import Namespace
-from acn.storage.database.lite.index_loads import Stamp
+from acn.common.models import Memory, Namespace
 from acn.storage.database.lite.read_cache import ReadCache
+from acn.storage.database.lite.write_counters import Stamp, moved_stamp
 
 T = TypeVar("T")
 SHARED_KEPT = 64  # dedup pools kept against a server (Kept.keep_shared)
@@ -33,22 +33,32 @@ class Kept:
         # kept, and a caller need not work out a key for them.
         self.remembers = cache is not None
 
-    def stamp(self, tenant: str, agent_id: str) -> Stamp:
-        """Return the write counters an agent's memories depend on: (epoch, agent's writes, shared writes)."""
-        return self._cache.stamp(tenant, agent_id) if self._cache is not None else (0, 0, 0)
+    def stamp(self, tenant: str, namespace: Namespace, scopes: Sequence[str] | None = None) -> Stamp:
+        """Return the write counters of what a namespace reads in these scopes (None: all; ReadCache.stamp,
+        acn/storage/database/lite/write_counters.py)."""
+        return self._cache.stamp(tenant, namespace, scopes) if self._cache is not None else (0, 0, 0, 0, 0)
 
-    def park(self, tenant: str, agent_id: str, key: Hashable, value: Any, stamp: Stamp) -> None:
-        """Keep an object built from an agent's memories as of `stamp` (e.g. a batch writer's dedup index).
+    @staticmethod
+    def moved(stamp: Stamp, tenant: str, namespace: Namespace, written: Sequence[Memory],
+              scopes: Sequence[str] | None = None) -> Stamp:
+        """Return the namespace's stamp as it moves with this batch alone (for an object that holds the batch)."""
+        return moved_stamp(stamp, tenant, namespace, written, scopes)
+
+    def park(self, tenant: str, namespace: Namespace, key: Hashable, value: Any, stamp: Stamp,
+             scopes: Sequence[str] | None = None) -> None:
+        """Keep an object built from a namespace's memories in these scopes (None: all) as of `stamp` (e.g. a batch
+        writer's dedup index).
 
         `unpark` hands it back only while nothing it depends on was written since; against a server nothing
         is kept.
         """
         if self._cache is not None:
-            self._cache.park(tenant, agent_id, key, value, stamp)
+            self._cache.park(tenant, namespace, key, value, stamp, scopes)
 
-    def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
+    def unpark(self, tenant: str, namespace: Namespace, key: Hashable,
+               scopes: Sequence[str] | None = None) -> Any | None:
         """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
-        return self._cache.unpark(tenant, agent_id, key) if self._cache is not None else None
+        return self._cache.unpark(tenant, namespace, key, scopes) if self._cache is not None else None
 
     def take_shared(self, key: Hashable) -> Any | None:
         """Take back an object kept by keep_shared (against a server: other processes write too, so the caller
@@ -71,10 +81,10 @@ class Kept:
         """
         return self._cache.view(key, compute) if self._cache is not None else compute()
 
-    def agent_view(self, tenant: str, agent_id: str, key: Hashable, compute: Callable[[], T]) -> T:
-        """Return compute(), remembered until the agent or the tenant's shared scope writes a memory (Lite only:
+    def agent_view(self, tenant: str, namespace: Namespace, key: Hashable, compute: Callable[[], T]) -> T:
+        """Return compute(), remembered until a memory the namespace reads is written (Lite only:
         ReadCache.agent_view); against a server, computed every call."""
-        return self._cache.agent_view(tenant, agent_id, key, compute) if self._cache is not None else compute()
+        return self._cache.agent_view(tenant, namespace, key, compute) if self._cache is not None else compute()
 
     def absent_archive_ids(self, tenant: str, namespace: Namespace, ids: Sequence[str]) -> set[str]:
         """Return the ids among `ids` that the session's archive certainly does not hold (Lite only).

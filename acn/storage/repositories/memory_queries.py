@@ -134,7 +134,7 @@ class MemoryQueries:
         if not kept.remembers or "turn" in kinds:  # archived messages do not bump the agent's stamp
             return read()
         key = ("standing", tenant, self._reader_key(tenant, namespace), tuple(kinds), limit)
-        return list(kept.agent_view(tenant, namespace.agent_id, key, read))
+        return list(kept.agent_view(tenant, namespace, key, read))
 
     def superseded_in(self, tenant: str, namespace: Namespace, *, limit: int) -> list[Memory]:
         """Return the namespace's closed memories (superseded, updated away or rolled back), oldest first."""

@@ -34,6 +34,7 @@ from acn.storage.database.lite.sizes import (
     SAMPLE_SHARE,
     TOKENIZE_CHUNK,
 )
+from acn.storage.database.lite.write_counters import Stamp
 from acn.storage.database.memory_rows import (
     ID_CUTS,
     OUTPUT_FIELDS,
@@ -48,7 +49,6 @@ log = logging.getLogger("acn.store")
 K = TypeVar("K")
 V = TypeVar("V")
 GroupKey = tuple[str, str, str]  # tenant, agent, session
-Stamp = tuple[int, int, int]  # (epoch, an agent's writes, the tenant's shared writes): see ReadCache.stamp
 # The store query a cache loads with: (filter, fields, limit) -> rows of the memories collection.
 Query = Callable[[Filter, list[str], int], list[Record]]
 

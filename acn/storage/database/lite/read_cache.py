@@ -22,11 +22,10 @@ from typing import Any, TypeVar, cast
 
 from acn.common.models import Memory, Namespace
 from acn.storage.database.base import Filter, Record
-from acn.storage.database.lite.index_loads import GroupKey, IndexLoads, Query, Stamp, recent
+from acn.storage.database.lite.index_loads import GroupKey, IndexLoads, Query, recent
 from acn.storage.database.lite.load_once import LoadOnce
 from acn.storage.database.lite.local_index import LocalIndex
 from acn.storage.database.lite.sizes import (
-    CACHED_AGENT_COUNTERS,
     CACHED_AGENT_VIEWS,
     CACHED_ARCHIVE_ROWS,
     CACHED_ARCHIVES,
@@ -34,8 +33,10 @@ from acn.storage.database.lite.sizes import (
     CACHED_INDEX_ROWS,
     CACHED_POOLS,
     CACHED_VIEWS,
+    CACHED_WRITE_COUNTERS,
     WARM_ON_WRITE,
 )
+from acn.storage.database.lite.write_counters import Stamp, read_counters, written_counters
 from acn.storage.database.memory_rows import (
     NO_TURN,
     OUTPUT_FIELDS,
@@ -64,12 +65,11 @@ class ReadCache(IndexLoads):
         self._revision = 0  # bumps on writes that can change a view (not on inserting new memories)
         self._views: dict[Hashable, tuple[int, Any]] = {}
         self._agent_views: OrderedDict[Hashable, tuple[Stamp, Any]] = OrderedDict()  # see agent_view
-        # Write counters that tell whether what a batch writer loaded is still what the store holds: per
-        # agent (its session, user and agent scopes), per tenant for the shared scope, and an epoch for
-        # deletes and failures. Archived messages are not counted (no dedup index holds them).
+        # Write counters that tell whether what a batch writer loaded is still what the store holds: one per owner
+        # of a scope (an agent's agent scope, a user's, a session's own, a tenant's shared scope; write_counter),
+        # and an epoch for deletes and failures. Archived messages are not counted (no dedup index holds them).
         self._epoch = 0
-        self._agent_writes: dict[tuple[str, str], int] = {}
-        self._shared_writes: dict[str, int] = {}
+        self._writes: dict[Hashable, int] = {}
         self._parked: OrderedDict[Hashable, tuple[Stamp, Any]] = OrderedDict()
         # Search indexes per (tenant, agent, session): the rows a session can read (see group_filter). Writes
         # that land while one loads are queued and replayed onto it (a write is idempotent by id).
@@ -136,18 +136,14 @@ class ReadCache(IndexLoads):
                             known.add(memory.session_id)
             if any(m.valid_to or (m.id not in fresh and m.kind != "turn") for m in memories):
                 self._revision += 1
-            if len(self._agent_writes) >= CACHED_AGENT_COUNTERS:
+            if len(self._writes) >= CACHED_WRITE_COUNTERS:
                 # Forgetting counters could let a stale stamp match again; a new epoch makes every earlier stamp
                 # stale instead (parked objects are dropped: they are rebuilt on their next use).
-                self._agent_writes.clear()
-                self._shared_writes.clear()
+                self._writes.clear()
                 self._parked.clear()
                 self._epoch += 1
-            counted = [m for m in memories if m.kind != "turn"]
-            for agent in {(tenant, m.agent_id) for m in counted}:
-                self._agent_writes[agent] = self._agent_writes.get(agent, 0) + 1
-            if any(m.scope == "shared" for m in counted):
-                self._shared_writes[tenant] = self._shared_writes.get(tenant, 0) + 1
+            for counter in written_counters(tenant, memories):
+                self._writes[counter] = self._writes.get(counter, 0) + 1
             for memory in memories:
                 if memory.kind != "turn":
                     continue
@@ -218,22 +214,26 @@ class ReadCache(IndexLoads):
             self._archive_epoch += 1
             self._epoch += 1
 
-    def stamp(self, tenant: str, agent_id: str) -> Stamp:
-        """Return the write counters an agent's memories depend on: (epoch, agent's writes, shared writes)."""
+    def stamp(self, tenant: str, namespace: Namespace, scopes: Sequence[str] | None = None) -> Stamp:
+        """Return the write counters of what a namespace reads in these scopes (None: all): (epoch, its agent
+        scope's writes, its user's, its session's own, its tenant's shared scope's; 0 for a scope not read)."""
         with self._lock:
-            return self._stamp(tenant, agent_id)
+            return self._stamp(tenant, namespace, scopes)
 
-    def _stamp(self, tenant: str, agent_id: str) -> Stamp:
-        return self._epoch, self._agent_writes.get((tenant, agent_id), 0), self._shared_writes.get(tenant, 0)
+    def _stamp(self, tenant: str, namespace: Namespace, scopes: Sequence[str] | None = None) -> Stamp:
+        counters = read_counters(tenant, namespace, scopes)
+        return (self._epoch, *(0 if counter is None else self._writes.get(counter, 0)  # type: ignore[return-value]
+                               for counter in counters))
 
-    def park(self, tenant: str, agent_id: str, key: Hashable, value: Any, stamp: Stamp) -> None:
-        """Keep an object built from an agent's memories as of `stamp` (e.g. a batch writer's dedup index).
+    def park(self, tenant: str, namespace: Namespace, key: Hashable, value: Any, stamp: Stamp,
+             scopes: Sequence[str] | None = None) -> None:
+        """Keep an object built from a namespace's memories as of `stamp` (e.g. a batch writer's dedup index).
 
         `unpark` hands it back only while nothing it depends on was written since; against a server nothing
         is kept.
         """
         with self._lock:
-            if stamp != self._stamp(tenant, agent_id):
+            if stamp != self._stamp(tenant, namespace, scopes):
                 return
             self._parked[key] = (stamp, value)
             self._parked.move_to_end(key)
@@ -241,11 +241,12 @@ class ReadCache(IndexLoads):
                 self._parked.popitem(last=False)
             self._within_budget(keep=value)
 
-    def unpark(self, tenant: str, agent_id: str, key: Hashable) -> Any | None:
+    def unpark(self, tenant: str, namespace: Namespace, key: Hashable,
+               scopes: Sequence[str] | None = None) -> Any | None:
         """Take back a parked object if nothing it depends on was written since it was parked (it is removed)."""
         with self._lock:
             parked = self._parked.pop(key, None)
-            if parked is None or parked[0] != self._stamp(tenant, agent_id):
+            if parked is None or parked[0] != self._stamp(tenant, namespace, scopes):
                 return None
             return parked[1]
 
@@ -266,16 +267,16 @@ class ReadCache(IndexLoads):
             self._views[key] = (revision, value)  # a write during compute() bumped the revision: recomputed next time
         return value
 
-    def agent_view(self, tenant: str, agent_id: str, key: Hashable, compute: Callable[[], T]) -> T:
-        """Return compute(), remembered until the agent (or the tenant's shared scope) writes a memory that is not
-        an archived message, or anything is deleted (the agent's stamp, as park/unpark use it).
+    def agent_view(self, tenant: str, namespace: Namespace, key: Hashable, compute: Callable[[], T]) -> T:
+        """Return compute(), remembered until a memory the namespace reads is written (not an archived message: the
+        namespace's stamp, as park/unpark use it), or anything is deleted.
 
         For reads of an agent's memories that a new memory can change, such as what is in force (standing
         memories): unlike `view`, inserting counts. Archived messages do not bump the stamp: a view that reads
         them must not be kept here.
         """
         with self._lock:
-            stamp = self._stamp(tenant, agent_id)
+            stamp = self._stamp(tenant, namespace)
             cached = self._agent_views.get(key)
             if cached is not None and cached[0] == stamp:
                 self._agent_views.move_to_end(key)
@@ -332,11 +333,12 @@ class ReadCache(IndexLoads):
 
     # -- session indexes -------------------------------------------------------------------
 
-    def parked_current(self, tenant: str, agent_id: str, key: Hashable) -> bool:
+    def parked_current(self, tenant: str, namespace: Namespace, key: Hashable,
+                       scopes: Sequence[str] | None = None) -> bool:
         """Return True when an object is parked under the key and nothing it depends on was written since."""
         with self._lock:
             parked = self._parked.get(key)
-            return parked is not None and parked[0] == self._stamp(tenant, agent_id)
+            return parked is not None and parked[0] == self._stamp(tenant, namespace, scopes)
 
 class SessionArchive:
     """A session's archived messages by id, and by turn number (what neighbour expansion looks up)."""

@@ -36,4 +36,4 @@ LISTED_LOAD_ROWS = 20_000
 ID_LOOKUP = 500  # ids in one primary-key lookup (9 ms on Lite at 200k rows)
 CACHED_AGENT_SESSIONS = 1024  # agents whose sessions with rows are known (see ReadCache._agent_sessions)
 PREWARM_WAIT = 30.0  # seconds a request waits at most for the start-up warmer's load of its session index
-CACHED_AGENT_COUNTERS = 65_536  # agents whose write counters are kept (see ReadCache.after_save)
+CACHED_WRITE_COUNTERS = 65_536  # write counters kept (agents, users, sessions: see ReadCache.after_save)
