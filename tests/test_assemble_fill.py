@@ -6,6 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acn.assembly.layers import memory_items
 from acn.assembly.recall import focused_memories, relative_floor, turn_pool
 from acn.common.models import Memory, Namespace
 from acn.server import create_app
@@ -71,3 +75,23 @@ def test_with_an_embedder_the_fill_is_the_search_under_the_floor_not_the_archive
         assert memory & fill  # the leftover budget holds matches under the floor
     finally:
         runtime.close()
+
+
+def _memory(number: int, content: str, kind: str, turn: int) -> Memory:
+    meta = {"role": "user" if number % 2 else "assistant", "date": f"2024-05-{turn % 28 + 1:02d}"}
+    return Memory(id=f"m{number}", kind=kind, content=content, importance=3,  # type: ignore[arg-type]
+                  scope="session", agent_id="a", session_id="s", created_at=turn, updated_at=turn, version=1, turn_range=[turn, turn], meta=meta)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["订单 1", "订单 2", "Order 1", "order 1 ", "到了", "ok"]),
+                               st.sampled_from(["fact", "turn"]), st.integers(1, 9)), max_size=12),
+       split=st.integers(0, 12), language=st.sampled_from(["zh", "en"]))
+def test_items_after_shown_memories_are_those_made_with_them(rows: list[tuple[str, str, int]], split: int,
+                                                             language: str) -> None:
+    # fill_items makes the fill's items after the served ones without rendering those again (issue 47): the
+    # same items, ranks and groups as rendering the whole list and keeping the fill's part.
+    memories = [_memory(number, content, kind, turn) for number, (content, kind, turn) in enumerate(rows)]
+    shown, rest = memories[:split], memories[split:]
+    whole = [item for item in memory_items([*shown, *rest], language) if item.key not in {m.id for m in shown}]
+    assert memory_items(rest, language, shown=shown) == whole

@@ -142,8 +142,9 @@ def fill_items(served: list[Memory], spare: list[Memory], stale: set[str], shown
                                                              and m.turn_range[0] in shown)]
     extra, _ = readable_candidates(extra)
     current, _ = current_memories(extra, stale)
-    # Rendered after the served ones, so a text they already show is not repeated (memory_items keeps one).
-    return [item for item in memory_items([*served, *current], language) if item.key not in known]
+    # Ranked after the served ones, so a text they already show is not repeated (memory_items keeps one); the
+    # served ones' lines are not made again (they were: a second rendering of ~100 lines a call, issue 47).
+    return [item for item in memory_items(current, language, shown=served) if item.key not in known]
 
 
 def readable_candidates(found: list[Memory]) -> tuple[list[Memory], list[Dropped]]:

@@ -15,15 +15,19 @@ from acn.memory.lines import KNOWLEDGE_TAG, UNDATED_TAG, memory_line, short_head
 from acn.text.similarity import normalise, shingles
 
 
-def memory_items(memories: list[Memory], language: str) -> list[Item]:
+def memory_items(memories: list[Memory], language: str, *, shown: list[Memory] | None = None) -> list[Item]:
     """Return one tagged line per memory, in the given (ranked) order; repeated texts appear once.
 
     Dated archived messages carry their tag as a group header: a run of messages from the same day is shown
     under one `[from memory · date]` line, and the tokens a repeated tag would cost hold more evidence. Only the
     layer's first header says "from memory"; the days after it are headed by their date alone (short_header).
+    With `shown` (memories whose items were made already, ranked before these), a text they hold is not repeated
+    and ranks continue after theirs: the items of these memories alone, as memory_items(shown + memories) makes
+    them, without rendering the shown ones again.
     """
-    items, seen = [], set()
-    for rank, memory in enumerate(memories):
+    items: list[Item] = []
+    seen = {normalise(memory.content) for memory in shown or []}
+    for rank, memory in enumerate(memories, start=len(shown or [])):
         text = normalise(memory.content)
         if text in seen:
             continue
