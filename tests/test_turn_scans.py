@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Namespace
@@ -75,5 +76,39 @@ def test_deleting_a_memory_by_id_reads_by_primary_key_and_stays_in_its_tenant(tm
         assert len(deletes) == 1 and not deletes[0][3]
         found = post(client, "memory_retrieve", {**ns, "query": "会员等级"}).get_json()
         assert found["memories"] == []
+    finally:
+        runtime.close()
+
+
+def test_a_turn_writes_its_archive_and_its_memories_in_one_save(tmp_path: Path) -> None:
+    # The archived messages and the facts extracted from them were two saves, each an insert and a head write:
+    # four of a turn's six store round trips. Now one save (one rows write, one heads write) holds both.
+    app = create_app(make_settings(tmp_path))
+    runtime = app.extensions["acn"]
+    try:
+        client = app.test_client()
+        rng = random.Random(9)
+        for number in range(1, 4):
+            turn(client, "chat", number, rng)
+        writes: list[tuple[str, int]] = []
+        for name in ("upsert", "insert"):
+            original = getattr(runtime.store, name)
+
+            def counted(collection: str, records: list[dict[str, object]], original: Any = original) -> None:
+                if records:
+                    writes.append((collection, len(records)))
+                original(collection, records)
+            setattr(runtime.store, name, counted)
+        said = "我的订单号 ORD-20251205-7788 的退款金额是 365 元，请尽快处理"
+        recorded = post(client, "record_turn", {"agent_id": "kefu", "session_id": "chat", "messages": [
+            {"role": "user", "content": said}, {"role": "assistant", "content": "好的，已登记。"}]}).get_json()
+        added = [m for m in recorded["memories"] if m["action"] == "added"]
+        assert added and len(recorded["archived_ids"]) == 2
+        memories, heads = runtime.memories.spec.name, runtime.memories.heads.spec.name
+        assert [count for collection, count in writes if collection == memories] == [2 + len(added)]
+        assert len([collection for collection, _ in writes if collection == heads]) == 1
+        stored = {m.id for m in runtime.memories.get_many(DEFAULT_TENANT, [*recorded["archived_ids"],
+                                                                           *(m["id"] for m in added)])}
+        assert stored == {*recorded["archived_ids"], *(m["id"] for m in added)}
     finally:
         runtime.close()

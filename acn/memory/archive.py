@@ -26,6 +26,16 @@ def archive_new_turns(memories: MemoryRepository, tenant: str, namespace: Namesp
                       turns: Sequence[Turn], *, track: bool = True) -> tuple[list[str], set[str]]:
     """Archive the turns; return every row id and the ids this call created (the rows to discard if the turn's
     commit is then refused)."""
+    rows, created = archive_batch(memories, tenant, namespace, turns, track=track)
+    memories.save(tenant, rows, new_ids=created)
+    return [row.id for row in rows], created
+
+
+def archive_batch(memories: MemoryRepository, tenant: str, namespace: Namespace, turns: Sequence[Turn], *,
+                  track: bool = True) -> tuple[list[Memory], set[str]]:
+    """Return the archive rows of the turns, not saved yet, and the ids among them no row holds yet (inserted, not
+    upserted; with `track` the rows a refused commit must take back). record_turn saves them with the turn's
+    extracted memories: one insert and one head write for both (acn/memory/write.py, write_items' `carry`)."""
     rows: list[Memory] = []
     for turn in turns:
         for index, message in enumerate(turn.messages):
@@ -38,8 +48,7 @@ def archive_new_turns(memories: MemoryRepository, tenant: str, namespace: Namesp
     # only by record_turn (`track`), whose refused commit must take exactly those back.
     created = (memories.new_ids(tenant, namespace, ids) if track
                else memories.kept.absent_archive_ids(tenant, namespace, ids))
-    memories.save(tenant, rows, new_ids=created)
-    return ids, created
+    return rows, created
 
 
 def discard_archive(memories: MemoryRepository, tenant: str, created: set[str]) -> None:

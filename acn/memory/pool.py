@@ -197,11 +197,12 @@ class Pool:
             else:
                 self.index.add(known(memory))
 
-    def save(self) -> None:
-        """Write everything pending in one upsert."""
-        if self.pending:
+    def save(self, carry: Sequence[Memory] = (), carry_new: set[str] | None = None) -> None:
+        """Write everything pending in one upsert, with `carry`: rows no pool holds (record_turn's archived
+        messages, `carry_new` the ids among them to insert) saved in the same write."""
+        if self.pending or carry:
             written = list(self.pending.values())
-            self.memories.save(self.tenant, written, new_ids=self.new_ids)
+            self.memories.save(self.tenant, [*carry, *written], new_ids=self.new_ids | (carry_new or set()))
             self.pending, self.new_ids = {}, set()
             if self.stamp is not None and self.namespace is not None:
                 # This write is reflected here (the counters move as the repository moves them); any other

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from acn.common.errors import ValidationError
@@ -20,8 +21,14 @@ from acn.text.similarity import normalise
 
 
 def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, items: list[MemoryItem],
-                threshold: float) -> list[WriteResult]:
-    """Write a batch: decide each item against what is stored and what the batch wrote, save once."""
+                threshold: float, *, carry: Sequence[Memory] = (),
+                carry_new: set[str] | None = None) -> list[WriteResult]:
+    """Write a batch: decide each item against what is stored and what the batch wrote, save once; `carry`
+    (record_turn's archived messages, `carry_new` the ids among them to insert) is saved in the same write.
+
+    record_turn wrote its archive and its extracted memories in two saves, each an insert and a head write: four
+    of a turn's six store round trips (~1.5-2 ms each on Lite). No dedup decision reads archived messages.
+    """
     if any(item.scope == "user" for item in items) and not namespace.user_id:
         raise ValidationError("scope 'user' needs a user_id")
     # Dedup and supersede read before they write: one namespace's writes must not interleave.
@@ -29,7 +36,7 @@ def write_items(memories: MemoryRepository, tenant: str, namespace: Namespace, i
         pool = Pool.load(memories, tenant, namespace, items)
         pool.prefetch(items, threshold)
         results = [write_item(pool, namespace, item, threshold) for item in items]
-        pool.save()
+        pool.save(carry, carry_new)
         pool.park()
     return results
 

@@ -13,6 +13,7 @@ from acn.common.errors import BusyError, ConflictError, TurnAheadError, Validati
 from acn.common.models import (
     MAX_TURN,
     MAX_VERSION,
+    Memory,
     Message,
     MessageList,
     Namespace,
@@ -25,7 +26,7 @@ from acn.compaction.caller import LlmPrompt
 from acn.compaction.limits import check_work
 from acn.compaction.session import CompactOptions, CompactStats, check_llm_options, compact_state
 from acn.editing.edit import Edit, EditRules, edit_messages, redact_message
-from acn.memory.archive import archive_new_turns, discard_archive
+from acn.memory.archive import archive_batch, discard_archive
 from acn.memory.durable import UserMemory, extracted_for
 from acn.memory.items import MemoryItem, WriteResult
 from acn.memory.write import extracted_items, write_items
@@ -100,8 +101,8 @@ def record(request: RecordTurnRequest, deps: Deps, *, event_id: str | None = Non
             # turn is about to take, and were never acknowledged.
             deps.memories.delete_turns_after(deps.tenant, request, state.turn)
         sessions.begin_archive(deps.tenant, request, state)
-        archived, created = archive_new_turns(deps.memories, deps.tenant, request,
-                                              group_turns(incoming, state.turn + 1))
+        rows, created = archive_batch(deps.memories, deps.tenant, request, group_turns(incoming, state.turn + 1))
+        archived = [row.id for row in rows]
         try:
             buffer, edits = edited_buffer(request, [*state.buffer, *incoming], deps)
             turn = max(m.turn or 0 for m in incoming)
@@ -109,7 +110,8 @@ def record(request: RecordTurnRequest, deps: Deps, *, event_id: str | None = Non
                         else state.observed_events)
             state = state.model_copy(update={"buffer": buffer, "turn": turn, "archived_turn": turn,
                                              "observed_events": observed})
-            memories = write_memories(request, incoming, deps, memory_scope) if request.extract else []
+            # The archive rows are saved with the extracted memories (one write), before the commit as before.
+            memories = write_memories(request, incoming, deps, memory_scope, archive=(rows, created))
             state, compaction = maybe_compact(request, state, deps)
             saved = sessions.commit(deps.tenant, request, state, reason="record_turn")
         except Exception:
@@ -151,17 +153,23 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
     return edit_messages(buffer, request.rules, request.protect_last, deps.tokenizer)
 
 
-def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps,
-                   scope: Scope = "session") -> list[WriteResult]:
-    """Write the events extracted from the new messages, deduplicated against what is stored; with a user_id, the
-    user's own at scope user (acn/memory/durable.py)."""
-    if scope != "session":  # a caller that keeps every extracted memory at one scope (external memory)
-        items: list[MemoryItem] = [item.model_copy(update={"scope": scope}) for item in extracted_items(incoming)]
-    else:
+def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps, scope: Scope = "session", *,
+                   archive: tuple[list[Memory], set[str]] = ([], set())) -> list[WriteResult]:
+    """Write the events extracted from the new messages (with `extract`), deduplicated against what is stored;
+    with a user_id, the user's own at scope user (acn/memory/durable.py). `archive`: the turn's archive rows and
+    the ids among them to insert, saved in the same write."""
+    rows, created = archive
+    items: list[MemoryItem] = []
+    if request.extract and scope != "session":  # a caller that keeps every extracted memory at one scope
+        items = [item.model_copy(update={"scope": scope}) for item in extracted_items(incoming)]
+    elif request.extract:
         items = extracted_for(incoming, request.user_id, request.user_memory or deps.settings.user_memory)
     if not items:
+        if rows:
+            deps.memories.save(deps.tenant, rows, new_ids=created)
         return []
-    return write_items(deps.memories, deps.tenant, request, items, request.dedupe_threshold)
+    return write_items(deps.memories, deps.tenant, request, items, request.dedupe_threshold, carry=rows,
+                       carry_new=created)
 
 
 def maybe_compact(request: RecordTurnRequest, state: SessionState, deps: Deps) -> tuple[SessionState,
