@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from acn.common.models import Memory
+from acn.app.warmer import Warmer
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory, Namespace
+from acn.server import create_app
+from acn.storage.database import READS
 from acn.storage.database.base import Filter
 from acn.storage.database.lite import local_index
+from acn.storage.database.lite.index_loads import IndexLoads
 from acn.storage.database.lite.local_index import LocalIndex
+from tests.conftest import make_settings
+from tests.test_start_warming import needs_index, rows_of, stored_then_restarted, warmed
 
 
 def test_two_threads_tokenizing_an_index_segment_each_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,3 +59,51 @@ def test_two_threads_tokenizing_an_index_segment_each_text_once(monkeypatch: pyt
     assert len(segmented) == 40 and index.pending() == 0
     monkeypatch.setattr(local_index, "bm25_tokens", tokens)
     assert [memory.id for memory, _ in index.search_text("订单7的退款", Filter(""), 1)] == ["m7"]
+
+
+@needs_index
+def test_the_warmer_loads_the_most_recently_active_sessions_index_first(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The session most likely to be asked for first, maybe before ready: the pass reached it last (least recently
+    # active first, for the cache's order), and a request sent before ready loaded its 10k rows itself beside it.
+    older, newer = Namespace(agent_id="warm-older", session_id="chat"), Namespace(agent_id="warm-newer", session_id="chat")
+    loads: list[tuple[str, str, str]] = []
+    prewarm = IndexLoads.prewarm
+
+    def recorded(self: IndexLoads, key: tuple[str, str, str]) -> LocalIndex | None:
+        loads.append(key)
+        return prewarm(self, key)
+
+    monkeypatch.setattr(IndexLoads, "prewarm", recorded)
+    app, runtime = stored_then_restarted(tmp_path, [rows_of(older, 30, age_ms=120_000), rows_of(newer, 30)])
+    try:
+        warmer = warmed(runtime)
+        newest, oldest = ((DEFAULT_TENANT, n.agent_id, n.session_id or "") for n in (newer, older))
+        # Then each session in the plan's order, least recently active first: the first one's index is touched
+        # again there, so the cache pushes out the least recently active session's first, as before.
+        assert loads == [newest, oldest, newest]
+        assert warmer.progress()["warmed"] == 2 and warmer.cold == 0
+    finally:
+        runtime.close()
+
+
+@needs_index
+def test_the_warmer_takes_no_next_session_while_a_request_is_being_handled(tmp_path: Path) -> None:
+    # A request sent before ready (one process, no load balancer) had the pass's loads, pools and segmenting of
+    # other sessions beside it: each step now waits for the requests being handled (READS.give_way).
+    first, second = Namespace(agent_id="way-older", session_id="chat"), Namespace(agent_id="way-newer", session_id="chat")
+    settings = make_settings(tmp_path)
+    app = create_app(settings)
+    app.extensions["acn"].memories.save(DEFAULT_TENANT, rows_of(first, 30, age_ms=120_000))
+    app.extensions["acn"].memories.save(DEFAULT_TENANT, rows_of(second, 30))
+    app.extensions["acn"].close()
+    with READS.foreground():  # a request in flight while the store opens and the pass starts
+        app = create_app(settings)
+        warmer: Warmer | None = app.extensions["acn"].warmer
+        assert warmer is not None and warmer.first_loaded.wait(30)
+        time.sleep(0.5)
+        assert warmer.warmed == 0 and not warmer.done.is_set()
+    try:
+        assert warmer.done.wait(60) and warmer.warmed == 2
+    finally:
+        app.extensions["acn"].close()
