@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 
+from acn.app.mcp_route import McpEndpoint
 from acn.app.warmer import Warmer
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
@@ -107,3 +109,16 @@ def test_the_warmer_takes_no_next_session_while_a_request_is_being_handled(tmp_p
         assert warmer.done.wait(60) and warmer.warmed == 2
     finally:
         app.extensions["acn"].close()
+
+
+def test_the_mcp_sdk_is_imported_only_after_the_warmers_first_index(fresh_app: Flask) -> None:
+    # ~0.6 s of imports under the interpreter lock, beside the first index a request before ready waits for.
+    endpoint: McpEndpoint = fresh_app.extensions["acn_mcp"]
+    first_loaded = threading.Event()
+    endpoint.prepare_in_background(after=first_loaded)
+    time.sleep(0.3)
+    assert endpoint._toolbox is None and endpoint.pending() == ["mcp_tools"]
+    first_loaded.set()
+    assert endpoint._preparing is not None
+    endpoint._preparing.join(60)
+    assert endpoint._toolbox is not None and endpoint.pending() == []
