@@ -213,10 +213,10 @@ def test_a_warmed_sessions_first_assemble_parses_no_ranker_model(tmp_path: Path)
 @needs_index
 def test_the_warmer_segments_the_most_recent_sessions_texts_within_its_share_of_the_text_cache(tmp_path: Path) -> None:
     # The re-ranker's content terms (jieba's HMM, ~1-2 ms a Chinese text) were the first assemble's main cost after
-    # a restart. A 1 MB text cache allows the pass 512 KB (~2 KB a text here): all of the most recent session's
+    # a restart. A 1 MB text cache allows the pass 512 KB (~1.5 KB a text here): all of the most recent session's
     # texts, and at most a part of the older one's.
     recent, older = Namespace(agent_id="seg-recent", session_id="chat"), Namespace(agent_id="seg-older", session_id="chat")
-    newer_rows, older_rows = rows_of(recent, 150), rows_of(older, 150, age_ms=120_000)
+    newer_rows, older_rows = rows_of(recent, 250), rows_of(older, 250, age_ms=120_000)
     TEXT_CACHE.clear()
     app, runtime = stored_then_restarted(tmp_path, [older_rows, newer_rows], text_cache_mb=1)
     try:
