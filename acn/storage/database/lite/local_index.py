@@ -40,6 +40,7 @@ from acn.storage.database.lite.index_rows import (
     ROW_FIELDS,
     VALID_TO,
     Row,
+    by_id,
     distinct_top,
     place_of,
     room,
@@ -394,6 +395,8 @@ class LocalIndex:
         if cached is not None and cached[0] == len(self._changes):
             return cached[1]
         matches = tuple_predicate(where, FILTERABLE)
+        if cached is None and (listed := by_id(where, matches, self._rows, self._slots)) is not None:
+            return listed  # not kept: each successor list is a new filter, and it would push out one that costs more
         if cached is None:
             mask = tested(matches, self._rows, read_fields(where))
         else:
