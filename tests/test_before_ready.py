@@ -90,7 +90,8 @@ def test_the_warmer_loads_the_most_recently_active_sessions_index_first(tmp_path
 
 
 @needs_index
-def test_the_warmer_takes_no_next_session_while_a_request_is_being_handled(tmp_path: Path) -> None:
+def test_the_warmer_takes_no_next_session_while_a_request_is_being_handled(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # A request sent before ready (one process, no load balancer) had the pass's loads, pools and segmenting of
     # other sessions beside it: each step now waits for the requests being handled (READS.give_way).
     first, second = Namespace(agent_id="way-older", session_id="chat"), Namespace(agent_id="way-newer", session_id="chat")
@@ -99,6 +100,7 @@ def test_the_warmer_takes_no_next_session_while_a_request_is_being_handled(tmp_p
     app.extensions["acn"].memories.save(DEFAULT_TENANT, rows_of(first, 30, age_ms=120_000))
     app.extensions["acn"].memories.save(DEFAULT_TENANT, rows_of(second, 30))
     app.extensions["acn"].close()
+    monkeypatch.setattr(READS, "_patience", 60.0)  # a slow machine's pauses must not end the wait in this test
     with READS.foreground():  # a request in flight while the store opens and the pass starts
         app = create_app(settings)
         warmer: Warmer | None = app.extensions["acn"].warmer
