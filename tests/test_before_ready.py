@@ -124,3 +124,25 @@ def test_the_mcp_sdk_is_imported_only_after_the_warmers_first_index(fresh_app: F
     assert endpoint._preparing is not None
     endpoint._preparing.join(60)
     assert endpoint._toolbox is not None and endpoint.pending() == []
+
+
+@needs_index
+def test_a_most_recent_session_the_plan_leaves_cold_is_not_loaded_first(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # first_index loads what the plan would warm, no more: 700 rows with their dedup pool and texts (~1.1 MB by the
+    # warmer's estimate) are over a 1 MB budget, though the index alone (~0.5 MB) is not.
+    mine = Namespace(agent_id="too-big", session_id="chat")
+    loads: list[tuple[str, str, str]] = []
+    prewarm = IndexLoads.prewarm
+
+    def recorded(self: IndexLoads, key: tuple[str, str, str]) -> LocalIndex | None:
+        loads.append(key)
+        return prewarm(self, key)
+
+    monkeypatch.setattr(IndexLoads, "prewarm", recorded)
+    app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 700)], warm_mb=1)
+    try:
+        warmer = warmed(runtime)
+        assert loads == [] and warmer.cold == 1 and warmer.held_bytes == 0
+    finally:
+        runtime.close()

@@ -209,8 +209,10 @@ class Warmer:
         cache = self.memories.cache
         assert cache is not None
         listed = self.memories.heads.member_ids(tenant, namespace)
-        if listed is None or not cache.fits(len(listed)) or self.budget_bytes < cache.estimate(len(listed)):
-            return  # left to the plan, which counts it cold
+        rows = len(listed) if listed is not None else 0
+        if listed is None or not cache.fits(rows) or \
+                cache.estimate(rows) + (POOL_ROW_BYTES + TEXT_ROW_BYTES) * rows > self.budget_bytes:
+            return  # as the plan would not warm it (it counts it cold)
         before = cache.nbytes()
         if not self._stop.is_set():
             cache.prewarm((tenant, namespace.agent_id, namespace.session_id))
