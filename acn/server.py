@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent-context-nodes: cannot start: {error.message}", file=sys.stderr)
         raise SystemExit(2) from None
     runtime: Runtime = app.extensions["acn"]
-    app.extensions["acn_mcp"].prepare_in_background()
+    app.extensions["acn_mcp"].prepare_in_background(
+        after=runtime.warmer.first_loaded if runtime.warmer is not None else None)
     connections = raise_open_files(settings.connection_limit)
     try:
         server_map: dict[int, Any] = {}

@@ -275,17 +275,22 @@ def main() -> None:
     parser.add_argument("--no-before-ready", dest="before_ready", action="store_false",
                         help="skip the restart whose first call is sent before /readyz says ready")
     parser.add_argument("--filled", help="a folder with a store filled before (memory.db): measure its restarts only")
-    parser.add_argument("--dir", type=Path, help="where the store goes (default: a temporary folder)")
+    parser.add_argument("--dir", type=Path,
+                        help="where the store goes, kept for --filled (default: a temporary folder, removed)")
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
     args = parser.parse_args()
     base = QUICK if args.quick else Config()
     config = Config(**{**base.__dict__, **{key: value for key, value in vars(args).items()
                                            if key in Config.__dataclass_fields__ and value is not None}})
     command = "python -m bench.scale " + " ".join(sys.argv[1:])
-    if args.dir:
+    if args.dir:  # kept afterwards: `--filled DIR` measures its restarts again without a new fill
+        if (args.dir / "memory.db").exists():
+            parser.error(f"{args.dir} holds a store already: name an empty folder, or re-measure it with --filled")
         args.dir.mkdir(parents=True, exist_ok=True)  # a folder named on the command line need not exist yet
-    with tempfile.TemporaryDirectory(dir=args.dir) as folder:
-        text = markdown(run(config, Path(folder)), command.strip())
+        text = markdown(run(config, args.dir), command.strip())
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            text = markdown(run(config, Path(folder)), command.strip())
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")

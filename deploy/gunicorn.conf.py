@@ -42,9 +42,10 @@ def post_fork(server, worker):  # noqa: ARG001 - gunicorn's hook signature
 
 def post_worker_init(worker):
     """Load the MCP SDK and build its tools off the request path (acn/app/mcp_route.py; /readyz waits for it)."""
-    endpoint = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("acn_mcp")
-    if endpoint is not None:
-        endpoint.prepare_in_background()
+    extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
+    endpoint, warmer = extensions.get("acn_mcp"), getattr(extensions.get("acn"), "warmer", None)
+    if endpoint is not None:  # after the warmer's first index, which a request before /readyz may wait for
+        endpoint.prepare_in_background(after=warmer.first_loaded if warmer is not None else None)
 
 
 def worker_exit(server, worker):  # noqa: ARG001 - gunicorn's hook signature

@@ -7,6 +7,7 @@ names, anything else every row of the collection.
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -212,10 +213,10 @@ def test_a_warmed_sessions_first_assemble_parses_no_ranker_model(tmp_path: Path)
 @needs_index
 def test_the_warmer_segments_the_most_recent_sessions_texts_within_its_share_of_the_text_cache(tmp_path: Path) -> None:
     # The re-ranker's content terms (jieba's HMM, ~1-2 ms a Chinese text) were the first assemble's main cost after
-    # a restart. A 1 MB text cache allows the pass 512 KB (~2 KB a text here): all of the most recent session's
+    # a restart. A 1 MB text cache allows the pass 512 KB (~1.5 KB a text here): all of the most recent session's
     # texts, and at most a part of the older one's.
     recent, older = Namespace(agent_id="seg-recent", session_id="chat"), Namespace(agent_id="seg-older", session_id="chat")
-    newer_rows, older_rows = rows_of(recent, 150), rows_of(older, 150, age_ms=120_000)
+    newer_rows, older_rows = rows_of(recent, 250), rows_of(older, 250, age_ms=120_000)
     TEXT_CACHE.clear()
     app, runtime = stored_then_restarted(tmp_path, [older_rows, newer_rows], text_cache_mb=1)
     try:
@@ -228,3 +229,34 @@ def test_the_warmer_segments_the_most_recent_sessions_texts_within_its_share_of_
     finally:
         runtime.close()
         TEXT_CACHE.resize(32 << 20)
+
+
+@needs_index
+def test_a_warmed_sessions_first_focused_assemble_counts_no_standing_memorys_tokens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A focused assemble counts the tokens of every standing memory to fit them in its share (within_share): after a
+    # restart a namespace of 10k memories' first assemble made ~200 tiktoken encodes of them, a third of its time.
+    # The warmer counts them (the tokenizer keeps counts by text), so the first call encodes none of them.
+    mine = Namespace(agent_id="standing-agent", session_id="standing-chat")
+    marker = uuid.uuid4().hex[:8]  # texts no earlier test counted (the tokenizer is shared by the process)
+    kinds = ("identity", "constraint", "decision")
+    rows = [row.model_copy(update={"kind": kinds[i % 3], "content": f"{row.content} 规则{marker}-{i}"})
+            for i, row in enumerate(rows_of(mine, 30))]
+    app, runtime = stored_then_restarted(tmp_path, [rows])
+    try:
+        warmed(runtime)
+        encoding, encoded = runtime.tokenizer.encoding, []
+
+        class Recording:
+            def encode(self, text: str, **options: Any) -> list[int]:
+                encoded.append(text)
+                return encoding.encode(text, **options)
+
+        monkeypatch.setattr(runtime.tokenizer, "_encoding", Recording())
+        response = post(app.test_client(), "assemble", {**mine.model_dump(exclude_none=True), "mode": "focused",
+                                                        "user_input": "订单ORD-000003退款多少"})
+        assert response.status_code == 200, response.get_json()
+        assert encoded  # the call's own new texts (its input, its lines) are counted
+        assert not {row.content for row in rows} & set(encoded)
+    finally:
+        runtime.close()

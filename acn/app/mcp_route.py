@@ -10,9 +10,9 @@ and the request is counted and logged like any other (`acn_requests{route="/mcp"
 depends on how the WSGI app is served.
 
 The SDK (~0.6 s of imports, 1.5 s on a busy machine) is loaded on a background thread once the server starts
-(`prepare_in_background`, from `python server.py` and gunicorn's worker start), and /readyz says `mcp_tools` until it
-is: the first /mcp call costs what a later one does (issue 47). An app built without serving (tests, create_app
-alone) loads it at its first /mcp request.
+(`prepare_in_background`, from `python server.py` and gunicorn's worker start, after the start-up warmer's first
+index), and /readyz says `mcp_tools` until it is: the first /mcp call costs what a later one does (issue 47). An app
+built without serving (tests, create_app alone) loads it at its first /mcp request.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from acn.app.mcp_tools import Observers
 
 MCP_PATH = "/mcp"
+AFTER_WAIT = 30.0  # seconds the SDK's imports wait at most for the start-up work named (prepare_in_background)
 # The SDK's headers that describe its body; the WSGI side sets its own for the body it sends.
 FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
 
@@ -46,9 +47,16 @@ class McpEndpoint:
         self._toolbox: Toolbox | None = None
         self._preparing: threading.Thread | None = None
 
-    def prepare_in_background(self) -> None:
-        """Import the SDK and build the tools on a daemon thread (the first request would otherwise pay for it)."""
-        self._preparing = threading.Thread(target=self.toolbox, name="acn-mcp-tools", daemon=True)
+    def prepare_in_background(self, after: threading.Event | None = None) -> None:
+        """Import the SDK and build the tools on a daemon thread (the first request would otherwise pay for it),
+        once `after` is set (AFTER_WAIT at most): the start-up warmer's first index (Warmer.first_loaded), which a
+        request sent before /readyz may be waiting for."""
+        def prepare() -> None:
+            if after is not None:
+                after.wait(AFTER_WAIT)
+            self.toolbox()
+
+        self._preparing = threading.Thread(target=prepare, name="acn-mcp-tools", daemon=True)
         self._preparing.start()
 
     def pending(self) -> list[str]:

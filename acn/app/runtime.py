@@ -151,7 +151,7 @@ class Runtime:
                       chat=chat, llm_gate=LlmGate(settings.llm_max_concurrent),
                       compaction_slots=WorkSlots(settings.compaction_concurrency, settings.compaction_wait_seconds),
                       backlog=backlog, reranker=reranker)
-        runtime.warmer = _start_warmer(settings, memories)
+        runtime.warmer = _start_warmer(settings, memories, tokenizer)
         log.info("store ready", extra={"store": store.info()})
         return runtime
 
@@ -268,11 +268,11 @@ def _check_and_upgrade_store(settings: Settings, store: MilvusStore, memories: M
         write_fact(store, sessions.spec.name, "ids_scoped", "v1")
 
 
-def _start_warmer(settings: Settings, memories: MemoryRepository) -> Warmer:
+def _start_warmer(settings: Settings, memories: MemoryRepository, tokenizer: Tokenizer) -> Warmer:
     """Start building the recently active sessions' indexes in the background (/readyz waits for it)."""
     budget = min(settings.warm_mb, settings.read_cache_mb if memories.cache is not None else settings.warm_mb)
     return Warmer(memories, budget_bytes=budget << 20,
-                  reads=lambda tenant, namespace: warm_reads(memories, tenant, namespace),
+                  reads=lambda tenant, namespace: warm_reads(memories, tokenizer, tenant, namespace),
                   texts=lambda tenant, namespace, budget: warm_texts(memories, tenant, namespace, budget),
                   texts_bytes=texts_budget(),
                   ).start(existed=memories.existed)

@@ -14,9 +14,11 @@ are tested once (acn/assembly/warm.py); against a server the dedup pool only (ke
 brought up to date from the store by the next batch). At most WARM_SESSIONS sessions, within `budget_bytes`
 (ACN_WARM_MB): a session not warmed works as before, its first call loading what it needs. On a Lite file a session
 of up to ACN_LOCAL_INDEX_ROWS rows is warmed (a namespace of 100k: ~150 MB with its pool, ~1 min), and the sessions
-that fit are warmed least recent first (Warmer.plan). First, what a process's first writes ask Lite to describe
-(MilvusStore.prepare_writes); last, the full garbage collection the pass made due (collect_garbage). /readyz
-answers 503 ("warming") until the pass is done.
+that fit are warmed least recent first (Warmer.plan), the most recent one's index loaded before all of them
+(first_index: the session likeliest to be asked for before ready). First, what a process's first writes ask Lite to
+describe (MilvusStore.prepare_writes); last, the full garbage collection the pass made due (collect_garbage). /readyz
+answers 503 ("warming") until the pass is done. Each session waits for the requests being handled (READS.give_way),
+and the pass's store reads for a request's read: a request sent before ready has the interpreter to itself.
 
 Why it stays correct: nothing warmed is trusted blindly. A session index loads through the read cache's
 load-once protocol (writes landing meanwhile are replayed onto it, a delete discards it); a Lite pool is parked
@@ -36,6 +38,7 @@ from collections.abc import Callable
 from acn.common.models import Namespace
 from acn.memory.items import MemoryItem
 from acn.memory.pool import Pool
+from acn.storage.database import READS
 from acn.storage.repositories import (
     CACHED_INDEXES,
     CACHED_POOLS,
@@ -94,6 +97,9 @@ class Warmer:
         self.budget_bytes = budget_bytes
         self.sessions = sessions
         self.done = threading.Event()
+        # Set once the most recently active session's index is loaded (first_index) or the pass ended: start-up work
+        # that can wait (the MCP SDK's imports, ~0.6 s under the interpreter lock) starts after it.
+        self.first_loaded = threading.Event()
         self.thread: threading.Thread | None = None
         self.listed = 0  # sessions listed for warming
         self.warmed = 0  # sessions warmed
@@ -104,6 +110,7 @@ class Warmer:
     def start(self, *, existed: bool) -> Warmer:
         """Start the pass (nothing to warm when the memories collection is new, or with a budget of 0)."""
         if not existed or self.budget_bytes <= 0:
+            self.first_loaded.set()
             self.done.set()
             return self
         self.thread = threading.Thread(target=self.run, name="acn-start-warm", daemon=True)
@@ -126,6 +133,13 @@ class Warmer:
                 "texts_kb": self.texts_used >> 10}
 
     def run(self) -> None:
+        # Its store reads wait for a request's read in progress, and each session waits for the requests being
+        # handled (READS.give_way): a request that arrives before ready (one process, no load balancer) loads what
+        # it needs without the pass beside it.
+        with READS.background():
+            self._run()
+
+    def _run(self) -> None:
         try:
             heads = self.memories.heads
             if heads.building is not None:  # heads and member pages first: sessions are listed and loaded by them
@@ -138,9 +152,13 @@ class Warmer:
             recent = [(tenant, namespace) for tenant, namespace, _ in heads.recent_sessions(self.sessions)]
             self.listed = len(recent)
             planned = self.memories.cache is not None
+            if planned and recent:  # the most recently active session's index first (see first_index)
+                self.first_index(*recent[0])
+            self.first_loaded.set()
             if planned:
                 recent = self.plan(recent)
             for tenant, namespace in recent:
+                READS.give_way()
                 if self._stop.is_set():
                     break
                 if not planned and self.held_bytes >= self.budget_bytes:
@@ -155,6 +173,7 @@ class Warmer:
             log.exception("warming recently active sessions failed")
         finally:
             collect_garbage()
+            self.first_loaded.set()
             self.done.set()
 
     def plan(self, recent: list[tuple[str, Namespace]]) -> list[tuple[str, Namespace]]:
@@ -167,17 +186,37 @@ class Warmer:
         assert cache is not None
         chosen: list[tuple[str, Namespace]] = []
         planned_bytes = planned_rows = 0
+        held = set(cache.indexes)  # loaded already (first_index): `fits` counts their rows as held
         for tenant, namespace in recent:
             listed = self.memories.heads.member_ids(tenant, namespace)
             rows = len(listed) if listed is not None else 0
             size = cache.estimate(rows) + (POOL_ROW_BYTES + TEXT_ROW_BYTES) * rows
-            if listed is None or not cache.fits(rows, beside=planned_rows) or \
+            new_rows = 0 if (tenant, namespace.agent_id, namespace.session_id) in held else rows
+            if listed is None or not cache.fits(new_rows, beside=planned_rows) or \
                     planned_bytes + size > self.budget_bytes:
                 self.cold += 1  # larger than the in-process index (or what is left of the budget) holds
                 continue
             chosen.append((tenant, namespace))
-            planned_bytes, planned_rows = planned_bytes + size, planned_rows + rows
+            planned_bytes, planned_rows = planned_bytes + size, planned_rows + new_rows
         return chosen[::-1]
+
+    def first_index(self, tenant: str, namespace: Namespace) -> None:
+        """Load the most recently active session's index before the others: the session most likely to be asked
+        for first, maybe before /readyz says ready, when the request waits for this load (ReadCache.prewarm) rather
+        than make its own beside the pass. bench.scale --quick (a namespace of 10k memories, the most recent, asked
+        as soon as /healthz answered): the pass reached it last. Its reads and dedup pool come in the plan's order
+        (warm touches the index again), so the cache's least-recently-used order stays the sessions' own."""
+        cache = self.memories.cache
+        assert cache is not None
+        listed = self.memories.heads.member_ids(tenant, namespace)
+        rows = len(listed) if listed is not None else 0
+        if listed is None or not cache.fits(rows) or \
+                cache.estimate(rows) + (POOL_ROW_BYTES + TEXT_ROW_BYTES) * rows > self.budget_bytes:
+            return  # as the plan would not warm it (it counts it cold)
+        before = cache.nbytes()
+        if not self._stop.is_set():
+            cache.prewarm((tenant, namespace.agent_id, namespace.session_id))
+        self.held_bytes += cache.nbytes() - before  # warm() counts only what it adds to the index
 
     def warm_users(self) -> None:
         """Load the indexes of the most recently written users (Lite): a returning user's new conversation reads
@@ -187,6 +226,7 @@ class Warmer:
         if cache is None:
             return
         for tenant, agent, user in self.memories.heads.recent_users(self.sessions):
+            READS.give_way()
             if self._stop.is_set() or self.held_bytes >= self.budget_bytes:
                 break
             listed = self.memories.heads.user_member_ids(tenant, agent, user)
@@ -215,6 +255,7 @@ class Warmer:
     def warm_texts(self) -> None:
         """Do the text work for the warmed sessions, most recently active first, until its bytes are used."""
         for tenant, namespace in reversed(self._warmed):
+            READS.give_way()
             if self.texts is None or self.texts_used >= self.texts_bytes or self._stop.is_set():
                 break
             self.texts_used += self.texts(tenant, namespace, self.texts_bytes - self.texts_used)
@@ -224,11 +265,12 @@ class Warmer:
         cache = self.memories.cache
         before = cache.nbytes() if cache is not None else 0
         if cache is not None:
-            listed = self.memories.heads.member_ids(tenant, namespace)
-            if listed is None or not cache.fits(len(listed)):
+            listed, key = self.memories.heads.member_ids(tenant, namespace), (tenant, namespace.agent_id,
+                                                                              namespace.session_id)
+            if listed is None or (key not in cache.indexes and not cache.fits(len(listed))):  # (held: first_index)
                 self.cold += 1  # larger than the in-process index holds: its first call goes to the store
                 return
-            if cache.prewarm((tenant, namespace.agent_id, namespace.session_id)) is not None and self.reads:
+            if cache.prewarm(key) is not None and self.reads:
                 self.reads(tenant, namespace)
         pool = Pool.warm(self.memories, tenant, namespace, DEFAULT_BATCH)
         self.held_bytes += (cache.nbytes() - before) if cache is not None else pool.nbytes()

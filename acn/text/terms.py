@@ -54,6 +54,10 @@ def content_terms(text: str) -> list[str]:
 # Retrieval re-scores the same stored memories on every query; segmenting them again is most of its cost.
 @TEXT_CACHE.cached(items_bytes)
 def _content_terms(text: str) -> tuple[str, ...]:
+    return _segmented_terms(text)
+
+
+def _segmented_terms(text: str) -> tuple[str, ...]:
     lowered = text.lower()
     terms = [stem(w.strip("'_-")) for w in _WORD.findall(lowered) if w not in STOP_EN]
     if _CJK.search(lowered):
@@ -74,18 +78,18 @@ def content_term_set(text: str) -> frozenset[str]:
 
 @TEXT_CACHE.cached(items_bytes)
 def _content_term_set(text: str) -> frozenset[str]:
-    return frozenset(_content_terms(text))
+    # A stored text's set is all the re-ranker reads of it (hybrid_rank.memory_terms): its tuple is not kept beside it
+    # unless kept already, so a text takes one entry, and a start-up pass segments twice the texts within its share
+    # of the cache (issue 47: a namespace of 8.4k texts, ~2.4 KB each with both, did not fit in 16 MB).
+    return frozenset(_content_terms(text) if _content_terms.holds(text) else _segmented_terms(text))
 
 
 def segmented(text: str) -> int:
-    """Compute and keep a text's content terms (content_terms, content_term_set) unless kept already; return about
-    the bytes that added to the text cache (0 when they were kept)."""
+    """Compute and keep a text's content term set (content_term_set, what re-ranking reads of a stored text) unless
+    kept already; return about the bytes that added to the text cache (0 when it was kept)."""
     if _content_term_set.holds(text):
         return 0
-    terms = content_term_set(text)
-    # Two entries, each with its key text; the tuple and the set hold the same strings (counted twice, as
-    # byte_cache counts them).
-    return 2 * (ENTRY_BYTES + text_bytes(text) + items_bytes(terms))
+    return ENTRY_BYTES + text_bytes(text) + items_bytes(content_term_set(text))
 
 
 _INFLECTIONS = ("", "s", "ed", "ing", "er")

@@ -40,6 +40,7 @@ from acn.storage.database.lite.index_rows import (
     ROW_FIELDS,
     VALID_TO,
     Row,
+    by_id,
     distinct_top,
     place_of,
     room,
@@ -110,6 +111,8 @@ class LocalIndex:
         # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
         # for a 3 KB tool result); index_pending does it off the request path, or the next text search does.
         self._pending: set[int] = set()
+        # Held by the one thread tokenizing them: a search that needs them waits for its pass instead of repeating it.
+        self._tokenizing = threading.Lock()
         self._built: dict[int, tuple[Row, Memory]] = {}  # slot -> (the row it was built of, its Memory)
         # The last pages select_page answered, each with the write count it was read at: a user's index is read
         # by every conversation of the user with the same filters (memory_rows.for_user_rows), so a new
@@ -232,17 +235,17 @@ class LocalIndex:
 
     def index_pending(self, at_most: int | None = None) -> int:
         """Tokenize the rows written with tokenize=False (outside the lock: searches go on meanwhile); with
-        `at_most`, only that many. Return how many were tokenized."""
-        with self._lock:
-            work = [(slot, self._rows[slot]) for slot in itertools.islice(self._pending, at_most)]
-        if not work:
-            return 0
-        done = [(slot, row, Counter(bm25_tokens(row[CONTENT]))) for slot, row in work]
-        with self._lock:
-            for slot, row, terms in done:
-                if slot in self._pending and self._rows[slot] is row:  # not replaced meanwhile
-                    self._pending.discard(slot)
-                    self._post(slot, terms)
+        `at_most`, only that many. Return how many were tokenized. One thread at a time: a restart's first search
+        and the background tokenizer segmented the same 8k texts side by side, twice the jieba work (issue 47)."""
+        with self._tokenizing:
+            with self._lock:
+                work = [(slot, self._rows[slot]) for slot in itertools.islice(self._pending, at_most)]
+            done = [(slot, row, Counter(bm25_tokens(row[CONTENT]))) for slot, row in work]
+            with self._lock:
+                for slot, row, terms in done:
+                    if slot in self._pending and self._rows[slot] is row:  # not replaced meanwhile
+                        self._pending.discard(slot)
+                        self._post(slot, terms)
         return len(done)
 
     def search_text(self, text: str, where: Filter, limit: int, *,
@@ -392,6 +395,8 @@ class LocalIndex:
         if cached is not None and cached[0] == len(self._changes):
             return cached[1]
         matches = tuple_predicate(where, FILTERABLE)
+        if cached is None and (listed := by_id(where, matches, self._rows, self._slots)) is not None:
+            return listed  # not kept: each successor list is a new filter, and it would push out one that costs more
         if cached is None:
             mask = tested(matches, self._rows, read_fields(where))
         else:

@@ -68,6 +68,54 @@ def _fields(template: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(parser.fields))
 
 
+def listed_ids(where: Filter) -> list[Any] | None:
+    """Return the ids an `id in {name}` conjunct of the filter lists, when it has one at its top level (every row that
+    matches has one of those ids), else None."""
+    name = _listed_name(where.template)
+    values = where.params.get(name) if name is not None else None
+    return list(values) if isinstance(values, list | tuple) else None
+
+
+@lru_cache(maxsize=512)
+def _listed_name(template: str) -> str | None:
+    try:
+        return _conjunct_name(_tokens(template))
+    except UnsupportedFilter:
+        return None
+
+
+def _conjunct_name(tokens: list[tuple[str, str]]) -> str | None:
+    """Return the placeholder of an `id in {name}` among the and-ed parts of these tokens (parentheses that wrap a
+    whole part are looked through; a part joined by `or` is not required: None)."""
+    while len(tokens) > 2 and tokens[0][1] == "(" and _closing(tokens) == len(tokens) - 1:
+        tokens = tokens[1:-1]
+    if len(tokens) == 3 and [text for _, text in tokens[:2]] == ["id", "in"] and tokens[2][0] == "placeholder":
+        return tokens[2][1][1:-1]
+    parts, depth, start = [], 0, 0
+    for at, (kind, text) in enumerate(tokens):
+        depth += (kind, text) == ("op", "(")
+        depth -= (kind, text) == ("op", ")")
+        if depth == 0 and kind == "word" and text in ("and", "or"):
+            if text == "or":
+                return None
+            parts.append(tokens[start:at])
+            start = at + 1
+    if not parts:
+        return None
+    return next((name for part in [*parts, tokens[start:]] if (name := _conjunct_name(part)) is not None), None)
+
+
+def _closing(tokens: list[tuple[str, str]]) -> int:
+    """Return where the parenthesis that opens the tokens closes (-1: it does not)."""
+    depth = 0
+    for at, (kind, text) in enumerate(tokens):
+        depth += (kind, text) == ("op", "(")
+        depth -= (kind, text) == ("op", ")")
+        if depth == 0:
+            return at
+    return -1
+
+
 def supported(where: Filter) -> bool:
     """Return True when the filter's syntax is within the grammar (so `predicate` will not refuse it)."""
     try:

@@ -105,6 +105,12 @@ class ReadPriority:
                 self._last_end = time.monotonic()
                 self._condition.notify_all()
 
+    def give_way(self) -> None:
+        """Wait while requests are being handled (PATIENCE at most): a background pass takes its next step between
+        them. After a restart the start-up warmer went on loading other sessions while the first request loaded its
+        own namespace's index, and the two shared the interpreter (issue 47)."""
+        self._wait_while(lambda: self._active > 0, time.monotonic() + self._patience)
+
     def _wait_turn(self) -> None:
         """Every read waits while a foreground store read runs; the first read of a load first waits for the asking
         request to end, then DELIVERY. (Waiting for whole requests to end starved a load under back-to-back

@@ -1,0 +1,148 @@
+"""A call that arrives before /readyz says ready (issue 47): what it waits for after a restart.
+
+Measured on bench.scale --quick (a namespace of 10k memories in a store of 110k, the namespace's memory_retrieve sent
+as soon as /healthz answered): 4.0-4.5 s, of which ~1 s loading the namespace's rows by id and ~0.7 s segmenting
+their texts; the rest was the same texts segmented a second time by the background tokenizer and the start-up
+warmer's work on other sessions beside it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from acn.app.mcp_route import McpEndpoint
+from acn.app.warmer import Warmer
+from acn.common.auth import DEFAULT_TENANT
+from acn.common.models import Memory, Namespace
+from acn.server import create_app
+from acn.storage.database import READS
+from acn.storage.database.base import Filter
+from acn.storage.database.lite import local_index
+from acn.storage.database.lite.index_loads import IndexLoads
+from acn.storage.database.lite.local_index import LocalIndex
+from tests.conftest import make_settings
+from tests.test_start_warming import needs_index, rows_of, stored_then_restarted, warmed
+
+
+def test_two_threads_tokenizing_an_index_segment_each_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A restart's first search tokenizes the rows of the index it loaded (search_text), and the background tokenizer
+    # the same rows beside it: each segmented all of them. One pass is enough; the other waits for it.
+    index = LocalIndex(0)
+    for i in range(40):
+        memory = Memory(id=f"m{i}", kind="fact", content=f"订单{i}的退款", scope="session", agent_id="a",
+                        session_id="s", created_at=i, updated_at=i, version=1, importance=1.0)
+        index.put(memory, {"id": memory.id, "content": memory.content, "kind": "fact"}, tokenize=False)
+    segmented: list[str] = []
+    tokens = local_index.bm25_tokens
+
+    def slow_tokens(text: str) -> Any:
+        segmented.append(text)
+        time.sleep(0.002)  # jieba's time: the other thread starts while this one is under way
+        return tokens(text)
+
+    monkeypatch.setattr(local_index, "bm25_tokens", slow_tokens)
+    start = threading.Barrier(2)
+
+    def tokenize() -> None:
+        start.wait()
+        index.index_pending()
+
+    threads = [threading.Thread(target=tokenize) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(segmented) == 40 and index.pending() == 0
+    monkeypatch.setattr(local_index, "bm25_tokens", tokens)
+    assert [memory.id for memory, _ in index.search_text("订单7的退款", Filter(""), 1)] == ["m7"]
+
+
+@needs_index
+def test_the_warmer_loads_the_most_recently_active_sessions_index_first(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The session most likely to be asked for first, maybe before ready: the pass reached it last (least recently
+    # active first, for the cache's order), and a request sent before ready loaded its 10k rows itself beside it.
+    older, newer = Namespace(agent_id="warm-older", session_id="chat"), Namespace(agent_id="warm-newer", session_id="chat")
+    loads: list[tuple[str, str, str]] = []
+    prewarm = IndexLoads.prewarm
+
+    def recorded(self: IndexLoads, key: tuple[str, str, str]) -> LocalIndex | None:
+        loads.append(key)
+        return prewarm(self, key)
+
+    monkeypatch.setattr(IndexLoads, "prewarm", recorded)
+    app, runtime = stored_then_restarted(tmp_path, [rows_of(older, 30, age_ms=120_000), rows_of(newer, 30)])
+    try:
+        warmer = warmed(runtime)
+        newest, oldest = ((DEFAULT_TENANT, n.agent_id, n.session_id or "") for n in (newer, older))
+        # Then each session in the plan's order, least recently active first: the first one's index is touched
+        # again there, so the cache pushes out the least recently active session's first, as before.
+        assert loads == [newest, oldest, newest]
+        assert warmer.progress()["warmed"] == 2 and warmer.cold == 0
+    finally:
+        runtime.close()
+
+
+@needs_index
+def test_the_warmer_takes_no_next_session_while_a_request_is_being_handled(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # A request sent before ready (one process, no load balancer) had the pass's loads, pools and segmenting of
+    # other sessions beside it: each step now waits for the requests being handled (READS.give_way).
+    first, second = Namespace(agent_id="way-older", session_id="chat"), Namespace(agent_id="way-newer", session_id="chat")
+    settings = make_settings(tmp_path)
+    app = create_app(settings)
+    app.extensions["acn"].memories.save(DEFAULT_TENANT, rows_of(first, 30, age_ms=120_000))
+    app.extensions["acn"].memories.save(DEFAULT_TENANT, rows_of(second, 30))
+    app.extensions["acn"].close()
+    monkeypatch.setattr(READS, "_patience", 60.0)  # a slow machine's pauses must not end the wait in this test
+    with READS.foreground():  # a request in flight while the store opens and the pass starts
+        app = create_app(settings)
+        warmer: Warmer | None = app.extensions["acn"].warmer
+        assert warmer is not None and warmer.first_loaded.wait(30)
+        time.sleep(0.5)
+        assert warmer.warmed == 0 and not warmer.done.is_set()
+    try:
+        assert warmer.done.wait(60) and warmer.warmed == 2
+    finally:
+        app.extensions["acn"].close()
+
+
+def test_the_mcp_sdk_is_imported_only_after_the_warmers_first_index(fresh_app: Flask) -> None:
+    # ~0.6 s of imports under the interpreter lock, beside the first index a request before ready waits for.
+    endpoint: McpEndpoint = fresh_app.extensions["acn_mcp"]
+    first_loaded = threading.Event()
+    endpoint.prepare_in_background(after=first_loaded)
+    time.sleep(0.3)
+    assert endpoint._toolbox is None and endpoint.pending() == ["mcp_tools"]
+    first_loaded.set()
+    assert endpoint._preparing is not None
+    endpoint._preparing.join(60)
+    assert endpoint._toolbox is not None and endpoint.pending() == []
+
+
+@needs_index
+def test_a_most_recent_session_the_plan_leaves_cold_is_not_loaded_first(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # first_index loads what the plan would warm, no more: 700 rows with their dedup pool and texts (~1.1 MB by the
+    # warmer's estimate) are over a 1 MB budget, though the index alone (~0.5 MB) is not.
+    mine = Namespace(agent_id="too-big", session_id="chat")
+    loads: list[tuple[str, str, str]] = []
+    prewarm = IndexLoads.prewarm
+
+    def recorded(self: IndexLoads, key: tuple[str, str, str]) -> LocalIndex | None:
+        loads.append(key)
+        return prewarm(self, key)
+
+    monkeypatch.setattr(IndexLoads, "prewarm", recorded)
+    app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 700)], warm_mb=1)
+    try:
+        warmer = warmed(runtime)
+        assert loads == [] and warmer.cold == 1 and warmer.held_bytes == 0
+    finally:
+        runtime.close()
