@@ -63,12 +63,8 @@ def test_two_threads_tokenizing_an_index_segment_each_text_once(monkeypatch: pyt
     assert [memory.id for memory, _ in index.search_text("订单7的退款", Filter(""), 1)] == ["m7"]
 
 
-@needs_index
-def test_the_warmer_loads_the_most_recently_active_sessions_index_first(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # The session most likely to be asked for first, maybe before ready: the pass reached it last (least recently
-    # active first, for the cache's order), and a request sent before ready loaded its 10k rows itself beside it.
-    older, newer = Namespace(agent_id="warm-older", session_id="chat"), Namespace(agent_id="warm-newer", session_id="chat")
+def recorded_loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """Return the list every start-up index load (IndexLoads.prewarm) appends its session key to."""
     loads: list[tuple[str, str, str]] = []
     prewarm = IndexLoads.prewarm
 
@@ -77,6 +73,16 @@ def test_the_warmer_loads_the_most_recently_active_sessions_index_first(tmp_path
         return prewarm(self, key)
 
     monkeypatch.setattr(IndexLoads, "prewarm", recorded)
+    return loads
+
+
+@needs_index
+def test_the_warmer_loads_the_most_recently_active_sessions_index_first(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The session most likely to be asked for first, maybe before ready: the pass reached it last (least recently
+    # active first, for the cache's order), and a request sent before ready loaded its 10k rows itself beside it.
+    older, newer = Namespace(agent_id="warm-older", session_id="chat"), Namespace(agent_id="warm-newer", session_id="chat")
+    loads = recorded_loads(monkeypatch)
     app, runtime = stored_then_restarted(tmp_path, [rows_of(older, 30, age_ms=120_000), rows_of(newer, 30)])
     try:
         warmer = warmed(runtime)
@@ -132,14 +138,7 @@ def test_a_most_recent_session_the_plan_leaves_cold_is_not_loaded_first(tmp_path
     # first_index loads what the plan would warm, no more: 700 rows with their dedup pool and texts (~1.1 MB by the
     # warmer's estimate) are over a 1 MB budget, though the index alone (~0.5 MB) is not.
     mine = Namespace(agent_id="too-big", session_id="chat")
-    loads: list[tuple[str, str, str]] = []
-    prewarm = IndexLoads.prewarm
-
-    def recorded(self: IndexLoads, key: tuple[str, str, str]) -> LocalIndex | None:
-        loads.append(key)
-        return prewarm(self, key)
-
-    monkeypatch.setattr(IndexLoads, "prewarm", recorded)
+    loads = recorded_loads(monkeypatch)
     app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 700)], warm_mb=1)
     try:
         warmer = warmed(runtime)

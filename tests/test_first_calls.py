@@ -71,10 +71,10 @@ def test_the_warm_pass_ends_with_a_full_garbage_collection_before_ready(tmp_path
         gc.callbacks.remove(note)
 
 
-def test_a_new_filter_is_tested_once_per_distinct_value_of_the_fields_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A new filter's mask tested the predicate (a tree of Python closures, ~5-20 us) on every row: the warmer's six
-    # filters at 10k rows, and any first call asking a new one. Its answer depends on the fields it reads alone.
-    rng = random.Random(47)
+def counted_index(monkeypatch: pytest.MonkeyPatch, seed: int) -> tuple[random.Random, list[dict[str, Any]],
+                                                                        LocalIndex, list[int]]:
+    """Return 2,000 random rows of two tenants in an index, and the list each predicate test of a row appends to."""
+    rng = random.Random(seed)
     memories = [random_memory(rng, i) for i in range(2000)]
     records = [{**to_record(m, rng.choice(("t1", "t2")), None), "id": m.id} for m in memories]
     index = LocalIndex(0)
@@ -92,6 +92,13 @@ def test_a_new_filter_is_tested_once_per_distinct_value_of_the_fields_it_reads(m
         return test
 
     monkeypatch.setattr(local_index, "tuple_predicate", counted)
+    return rng, records, index, tested
+
+
+def test_a_new_filter_is_tested_once_per_distinct_value_of_the_fields_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new filter's mask tested the predicate (a tree of Python closures, ~5-20 us) on every row: the warmer's six
+    # filters at 10k rows, and any first call asking a new one. Its answer depends on the fields it reads alone.
+    rng, records, index, tested = counted_index(monkeypatch, 47)
     session = tenant_filter("t1").and_(group_filter("a1", "s1"))
     for where in (session, session.and_(kinds_filter(["fact", "decision"], exclude_turns=True)).and_(live_filter(False)),
                   Filter('kind == "turn" or not (importance > 1.0)'), Filter("created_at < {at}", {"at": 1000})):
@@ -107,24 +114,7 @@ def test_a_filter_that_lists_ids_tests_only_the_rows_it_lists(monkeypatch: pytes
     # After a supersede, the next assemble reads the successors by id (assembly/current.py stale_values): a filter
     # that reads the id was tested row by row over the whole namespace, ~25 ms at 8.4k rows (bench.scale's first
     # assemble after a restart, behind a memory_write). The rows it lists are found by id and tested alone.
-    rng = random.Random(48)
-    memories = [random_memory(rng, i) for i in range(2000)]
-    records = [{**to_record(m, rng.choice(("t1", "t2")), None), "id": m.id} for m in memories]
-    index = LocalIndex(0)
-    for record in records:
-        index.put_row(record, tokenize=False)
-    tested: list[int] = []
-    real = local_index.tuple_predicate
-
-    def counted(where: Filter, positions: tuple[str, ...]) -> Any:
-        matches = real(where, positions)
-
-        def test(row: tuple[Any, ...]) -> bool:
-            tested.append(1)
-            return matches(row)
-        return test
-
-    monkeypatch.setattr(local_index, "tuple_predicate", counted)
+    rng, records, index, tested = counted_index(monkeypatch, 48)
     wanted = [str(r["id"]) for r in rng.sample(records, 30)] + ["mem_not-held"]
     listed = Filter("id in {succ}", {"succ": wanted})
     session = tenant_filter("t1").and_(group_filter("a1", "s1"))
