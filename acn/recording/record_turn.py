@@ -154,11 +154,11 @@ def edited_buffer(request: RecordTurnRequest, buffer: list[Message], deps: Deps)
 
 
 def write_memories(request: RecordTurnRequest, incoming: list[Message], deps: Deps, scope: Scope = "session", *,
-                   archive: tuple[list[Memory], set[str]] = ([], set())) -> list[WriteResult]:
+                   archive: tuple[list[Memory], set[str]] | None = None) -> list[WriteResult]:
     """Write the events extracted from the new messages (with `extract`), deduplicated against what is stored;
     with a user_id, the user's own at scope user (acn/memory/durable.py). `archive`: the turn's archive rows and
     the ids among them to insert, saved in the same write."""
-    rows, created = archive
+    rows, created = archive or ([], set())
     items: list[MemoryItem] = []
     if request.extract and scope != "session":  # a caller that keeps every extracted memory at one scope
         items = [item.model_copy(update={"scope": scope}) for item in extracted_items(incoming)]
