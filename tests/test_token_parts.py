@@ -74,3 +74,13 @@ def test_another_encoding_is_counted_whole() -> None:
     assert not tokenizer._by_parts
     text = "订单号；" * (PARTS_MIN_CHARS // 2)
     assert tokenizer.count(text) == len(other.encode(text))
+
+
+def test_a_text_past_the_parts_limit_is_counted_whole(tokenizer: Tokenizer) -> None:
+    from acn.text.tokens import PARTS_MAX_CHARS
+
+    counting = Tokenizer(tokenizer.encoding, tokenizer.name)
+    text = ",".join(f"a{index}" for index in range(PARTS_MAX_CHARS // 3))  # a tool's JSON: a comma every few chars
+    assert len(text) > PARTS_MAX_CHARS
+    assert counting.count(text) == whole(tokenizer, text)
+    assert counting._cached_count.cache_info().currsize == 0  # one digest entry, not thousands of parts

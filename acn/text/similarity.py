@@ -28,6 +28,7 @@ LONG_TEXT_CHARS = 100_000
 # (the separator is a starter, and maps to itself or its half-width form), so the parts fold to the whole's folding;
 # tests/test_similarity_parts.py compares them.
 PARTS_MIN_CHARS = 400
+PARTS_MAX_CHARS = 20_000  # longer texts are folded whole (and not kept: a tool's JSON would fill the cache with parts)
 _PART_BOUNDARY = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])(?=[\n;；,，|])")
 
 
@@ -35,8 +36,8 @@ def normalise(text: str) -> str:
     """Return text folded for comparison: NFKC (full-width to half-width), lower case, no punctuation."""
     if len(text) < PARTS_MIN_CHARS:
         return _normalise_cached(text)
-    if len(text) > LONG_TEXT_CHARS:
-        return _normalise(text)
+    if len(text) > PARTS_MAX_CHARS:
+        return _normalise_cached(text) if len(text) <= LONG_TEXT_CHARS else _normalise(text)
     return "".join(map(_normalise_cached, _parts(text)))
 
 

