@@ -1,4 +1,4 @@
-"""A long text is folded a part at a time (acn/text/similarity.py PARTS_MIN_CHARS): the parts' folding must be the
+"""A long text is folded a part at a time (acn/text/parts.py): the parts' folding must be the
 whole's, exactly, or a relevance or a dedup decision would change with a text's length."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acn.text.byte_cache import TEXT_CACHE
-from acn.text.similarity import PARTS_MIN_CHARS, _normalise, normalise
+from acn.text.parts import PARTS_MAX_CHARS, PARTS_MIN_CHARS
+from acn.text.similarity import _normalise, normalise
 
 # Separators, full- and half-width; combining marks, Hangul jamo (which compose), ligatures and letters whose case
 # folding grows (ß, ﬁ), an ideographic space, CJK and ASCII letters and digits.
@@ -39,7 +40,6 @@ def test_a_long_text_leaves_its_parts_in_the_cache_not_itself() -> None:
 
 
 def test_a_text_past_the_parts_limit_is_folded_whole() -> None:
-    from acn.text.similarity import PARTS_MAX_CHARS
 
     TEXT_CACHE.clear()
     text = ",".join(f"A{index}" for index in range(PARTS_MAX_CHARS // 3))

@@ -1,4 +1,4 @@
-"""A long text is counted as the sum of its parts (acn/text/tokens.py PARTS_MIN_CHARS): the sum must be the count of
+"""A long text is counted as the sum of its parts (acn/text/parts.py): the sum must be the count of
 the whole, exactly, or a context could pass its hard budget."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acn.text.tokens import PARTS_MIN_CHARS, Tokenizer, load_tokenizer
+from acn.text.parts import PARTS_MAX_CHARS, PARTS_MIN_CHARS
+from acn.text.tokens import Tokenizer, load_tokenizer
 
 # Letters, digits and separators of every kind the pattern treats apart: CJK and ASCII letters, digit runs longer
 # than three, contractions, full- and half-width punctuation, spaces, tabs, newlines and carriage returns, an
@@ -77,7 +78,6 @@ def test_another_encoding_is_counted_whole() -> None:
 
 
 def test_a_text_past_the_parts_limit_is_counted_whole(tokenizer: Tokenizer) -> None:
-    from acn.text.tokens import PARTS_MAX_CHARS
 
     counting = Tokenizer(tokenizer.encoding, tokenizer.name)
     text = ",".join(f"a{index}" for index in range(PARTS_MAX_CHARS // 3))  # a tool's JSON: a comma every few chars

@@ -11,6 +11,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 
 from acn.text.byte_cache import TEXT_CACHE, interned_items_bytes, text_bytes
+from acn.text.parts import in_parts, text_parts
 
 _NOISE = re.compile(r"[\W_]+", re.UNICODE)
 
@@ -21,29 +22,13 @@ _NOISE = re.compile(r"[\W_]+", re.UNICODE)
 LONG_TEXT_CHARS = 100_000
 
 
-# A text this long is folded a part at a time, each part kept (and the whole not): a working-state segment (~4,000
-# characters) changes a little every turn, and folding it whole took ~0.6 ms a turn per changed segment and put a
-# ~15 KB entry in the cache no later call asked for (issue 47). Folding is per character (NFKC, case folding, the
-# punctuation dropped), and NFKC composes nothing across a break before a separator that a letter or digit precedes
-# (the separator is a starter, and maps to itself or its half-width form), so the parts fold to the whole's folding;
-# tests/test_similarity_parts.py compares them.
-PARTS_MIN_CHARS = 400
-PARTS_MAX_CHARS = 20_000  # longer texts are folded whole (and not kept: a tool's JSON would fill the cache with parts)
-_PART_BOUNDARY = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])(?=[\n;；,，|])")
-
-
 def normalise(text: str) -> str:
     """Return text folded for comparison: NFKC (full-width to half-width), lower case, no punctuation."""
-    if len(text) < PARTS_MIN_CHARS:
-        return _normalise_cached(text)
-    if len(text) > PARTS_MAX_CHARS:
-        return _normalise_cached(text) if len(text) <= LONG_TEXT_CHARS else _normalise(text)
-    return "".join(map(_normalise_cached, _parts(text)))
-
-
-def _parts(text: str) -> list[str]:
-    cuts = [0, *(boundary.start() for boundary in _PART_BOUNDARY.finditer(text)), len(text)]
-    return [text[start:end] for start, end in zip(cuts, cuts[1:], strict=False)]
+    if in_parts(text):
+        # Part by part (acn/text/parts.py): a working-state segment changes a little every turn; folded whole it took
+        # ~0.6 ms a turn and left a ~15 KB cache entry no later call asked for. The whole is not kept.
+        return "".join(map(_normalise_cached, text_parts(text)))
+    return _normalise_cached(text) if len(text) <= LONG_TEXT_CHARS else _normalise(text)
 
 
 def _normalise(text: str) -> str:

