@@ -39,6 +39,10 @@ def test_terms_and_checks_follow_the_content_and_stamps() -> None:
     memory.content = "订单号 33622 的金额是 931 元"
     assert memory_terms(memory) == content_term_set("订单号 33622 的金额是 931 元")
     assert memory_problem(memory) is None
+    memory.turn_range = [40, 10**12]  # a replaced container is checked again
+    assert memory_problem(memory) is not None and memory_problem(memory).startswith("turn_range")
+    memory.turn_range = [40, 40]  # an equal copy of the first: usable again
+    assert memory_problem(memory) is None
     memory.created_at = 10**15  # far in the future: no longer a usable stamp
     assert memory_problem(memory) is not None and memory_problem(memory).startswith("created_at")
 

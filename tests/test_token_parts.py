@@ -63,6 +63,20 @@ def test_a_text_that_changes_at_its_end_encodes_only_its_new_part(tokenizer: Tok
     assert counting._cached_count.cache_info().misses == 61  # only the new line was encoded
 
 
+def test_a_long_text_counted_again_is_not_cut_again(tokenizer: Tokenizer) -> None:
+    lines = [f"第{t}轮：我的订单号 {33622 + t} 怎么样了？上次说的金额是 {900 + t} 元" for t in range(60)]
+    text = "\n".join(lines)
+    counting = Tokenizer(tokenizer.encoding, tokenizer.name)
+    assert counting.count(text) == whole(tokenizer, text)
+    parts = counting._cached_count.cache_info()
+    assert parts.hits + parts.misses == 60  # a part a line, each looked up once
+    same = "".join(["\n".join(lines[:30]), "\n", "\n".join(lines[30:])])  # an equal text, another object
+    assert same == text and same is not text
+    assert counting.count(same) == whole(tokenizer, text)
+    again = counting._cached_count.cache_info()
+    assert again.hits + again.misses == 60  # found whole by its digest: no part looked up again
+
+
 def test_another_encoding_is_counted_whole() -> None:
     import tiktoken
 

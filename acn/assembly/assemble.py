@@ -140,8 +140,7 @@ def fill_items(served: list[Memory], spare: list[Memory], stale: set[str], shown
     known = {m.id for m in served}
     extra = [m for m in spare if m.id not in known and not (m.kind == "turn" and m.turn_range
                                                              and m.turn_range[0] in shown)]
-    extra, _ = readable_candidates(extra)
-    current, _ = current_memories(extra, stale)
+    current, _ = current_memories(extra, stale)  # every spare one is readable (fill_memories)
     # Ranked after the served ones, so a text they already show is not repeated (memory_items keeps one); the
     # served ones' lines are not made again (they were: a second rendering of ~100 lines a call, issue 47).
     return [item for item in memory_items(current, language, shown=served) if item.key not in known]
@@ -202,7 +201,7 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
 def fill_memories(request: AssembleRequest, deps: Deps, history: list[Message], below: list[Memory],
                   count: int) -> list[Memory]:
     """Return what fills a BM25-only focused context's leftover budget: the matches under the score floor (best
-    first), then the archived messages just older than the recent turns (newest first).
+    first), then the archived messages just older than the recent turns (newest first); only readable rows.
 
     Without dense vectors the ranked hits are the lexical matches alone, and a context whose recent turns are few
     (a session compacted into its archive) was left part empty: zh-daily dev at 1k / 2k / 4k used 873 / 1,879 /
@@ -220,7 +219,7 @@ def fill_memories(request: AssembleRequest, deps: Deps, history: list[Message], 
         wanted = list(range(max(0, first - count), first))
         older = sorted(readable(deps.memories.archived_messages(deps.tenant, request, wanted)), key=message_order,
                        reverse=True)
-    return [*below, *older]
+    return [*readable(below), *older]
 
 
 def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | None, top_k: int) -> list[Memory]:

@@ -119,7 +119,9 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
             if item.group and item.group not in opened else 0
         costs = variant_costs(item, tokenizer)
         room = budget - used - header
-        chosen = next((i for i, cost in enumerate(costs) if cost <= room), None)
+        # Most candidates of a full layer fit in no variant: tell that without a generator per item (a layer is
+        # fitted several times a call, ~250 candidates each time at turn 300 of a long chat).
+        chosen = None if not costs or min(costs) > room else next(i for i, cost in enumerate(costs) if cost <= room)
         if chosen is None and item.cut and costs and room - 1 >= MIN_CUT_TOKENS:
             text = tokenizer.truncate(item.variants[-1], room - 1)
             item.chosen = text

@@ -10,6 +10,7 @@ before this check, or by other means) is skipped by the readers that would do th
 
 from __future__ import annotations
 
+import operator
 import time
 from typing import Any
 
@@ -70,16 +71,17 @@ def memory_problems(memory: Memory, now_ms: int | None = None) -> list[tuple[str
 def memory_problem(memory: Memory, now_ms: int | None = None) -> str | None:
     """Return the first problem of a stored memory as "field: why", or None when every field is usable.
 
-    Remembered for the object with the values it read (the containers by identity: a copy that replaces one is
-    checked again), so a row the in-process index serves turn after turn is checked when it is first read, not on
-    every call (issue 47: an assemble at turn 600 spent 14 % of its time here). Kept with the object
-    (acn/common/row_memo.py), so other sessions' rows never push it out.
+    Remembered for the object with the values it read (compared as one tuple, which tests its items by identity
+    before equality: the same containers cost no walk, and a changed one is checked again), so a row the
+    in-process index serves turn after turn is checked when it is first read, not on every call (issue 47: an
+    assemble at turn 600 spent 14 % of its time here). Kept with the object (acn/common/row_memo.py), so other
+    sessions' rows never push it out.
     """
     if now_ms is not None:
         return _first_problem(memory, now_ms)
     key = (memory.created_at, memory.updated_at, memory.valid_to, memory.version, memory.turn_range,
            memory.source_ids, memory.meta, memory.history)
-    return remembered(memory, "problem", key, _same, lambda: _first_problem(memory, None))
+    return remembered(memory, "problem", key, operator.eq, lambda: _first_problem(memory, None))
 
 
 def _first_problem(memory: Memory, now_ms: int | None) -> str | None:
@@ -87,6 +89,3 @@ def _first_problem(memory: Memory, now_ms: int | None) -> str | None:
     return f"{problems[0][0]} {problems[0][1]}" if problems else None
 
 
-def _same(seen: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
-    """Return True when the scalars are equal and the containers the very same objects."""
-    return seen[:4] == now[:4] and all(a is b for a, b in zip(seen[4:], now[4:], strict=True))

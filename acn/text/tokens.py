@@ -49,27 +49,32 @@ class Tokenizer:
         """Return the number of tokens in text."""
         if not text:
             return 0
-        if self._by_parts and in_parts(text):
-            return self._count_parts(text)
-        if len(text) <= CACHED_TEXT_CHARS:
+        by_parts = self._by_parts and in_parts(text)
+        if len(text) <= CACHED_TEXT_CHARS and not by_parts:
             return self._cached_count(text)
-        return self._count_long(text)
+        return self._count_long(text, by_parts)
 
     def _count_parts(self, text: str) -> int:
         """Return the count of text as the sum of its parts' (acn/text/parts.py), each from the caches."""
         return sum(map(self._count_part, text_parts(text)))
 
     def _count_part(self, part: str) -> int:
-        return self._cached_count(part) if len(part) <= CACHED_TEXT_CHARS else self._count_long(part)
+        return self._cached_count(part) if len(part) <= CACHED_TEXT_CHARS else self._count_long(part, False)
 
-    def _count_long(self, text: str) -> int:
+    def _count_long(self, text: str, by_parts: bool) -> int:
+        """Return the count of a long text remembered by its digest, else counted (by parts when `by_parts`).
+
+        A text counted by parts is looked up whole first: most of them come back unchanged (a layer's lines
+        counted at each of its fits, the older segments on every turn: ~9 calls a turn at turn 200 of a
+        number-rich chat, 4 distinct texts), and its digest costs less than cutting it again (~10 against
+        ~200 microseconds for 5,000 characters)."""
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         with self._long_lock:
             known = self._long_counts.get(digest)
             if known is not None:
                 self._long_counts.move_to_end(digest)
                 return known
-        count = self._count(text)
+        count = self._count_parts(text) if by_parts else self._count(text)
         with self._long_lock:
             self._long_counts[digest] = count
             if len(self._long_counts) > CACHED_LONG_TEXTS:
