@@ -87,5 +87,3 @@ def memory_problem(memory: Memory, now_ms: int | None = None) -> str | None:
 def _first_problem(memory: Memory, now_ms: int | None) -> str | None:
     problems = memory_problems(memory, now_ms)
     return f"{problems[0][0]} {problems[0][1]}" if problems else None
-
-

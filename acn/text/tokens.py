@@ -18,7 +18,7 @@ from acn.text.parts import in_parts, text_parts
 MESSAGE_OVERHEAD_TOKENS = 4
 # Assembly counts the same lines again and again (each layer fit, the spare-budget refits, the response, and
 # the same buffer on every turn): counts are remembered, keyed by the text when short, by its digest when long
-# (tool JSON), so the cache never holds large strings.
+# (tool JSON) or counted by parts (a layer's lines, a segment), so the cache never holds large strings.
 CACHED_TEXT_CHARS = 2000
 CACHED_TEXTS = 16384
 CACHED_LONG_TEXTS = 4096
