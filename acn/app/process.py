@@ -7,16 +7,44 @@ before anything of ours that imports pymilvus.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
 
 from acn.common.settings import Settings
 from acn.storage.process import Foreground, limit_malloc_arenas
 
+log = logging.getLogger("acn.process")
+# The variables by which an operator chooses BLAS's threads: one of them set, the server leaves the count alone.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
 
 def prepare_process(settings: Settings) -> None:
-    """Cap malloc's arenas; call before Runtime.open starts Lite's threads and the server its request threads
-    (arenas are made per thread)."""
+    """Cap malloc's arenas and BLAS's threads; call before Runtime.open starts Lite's threads and the server its
+    request threads (arenas are made per thread)."""
     limit_malloc_arenas(settings.malloc_arenas)
+    limit_blas_threads(os.environ)
+
+
+def limit_blas_threads(environ: Mapping[str, str]) -> int | None:
+    """Run numpy's BLAS on one thread unless the operator chose a count; return the count set (None: left alone).
+
+    Why: the dense leg of a search is one matrix-vector product over the namespace's vectors, large enough for
+    OpenBLAS to hand half of it to a second thread, which then spins waiting for more work. On the 2-core machines
+    here that thread burnt 18 of the 51 s of CPU a `use` server spent on 600 turns of one chat (35 s with one
+    thread, assemble p50 within 1 ms), CPU the request threads and Lite's writer need. A server's parallelism is
+    its request threads; the USE embedder already ran its products on one thread (acn/providers/embedders.py).
+    """
+    if any(environ.get(name, "").strip() for name in BLAS_THREAD_VARIABLES):
+        return None
+    try:
+        import numpy  # noqa: F401  (threadpoolctl limits the libraries loaded: numpy's BLAS must be one of them)
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # an install without them has no BLAS product to limit
+        return None
+    threadpool_limits(limits=1, user_api="blas")
+    log.debug("BLAS limited to one thread")
+    return 1
 
 
 def requests_first(app: Callable[..., Iterable[bytes]]) -> Foreground:

@@ -1,0 +1,53 @@
+"""numpy's BLAS runs on one thread in a server process unless the operator chose a count (issue 47: a second
+OpenBLAS thread spun after each dense product, a third of a `use` server's CPU).
+
+Each case runs in its own interpreter: the limit is process state, and OpenBLAS reads its variables once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT, server_env
+
+PROBE = """
+    import numpy
+    from threadpoolctl import threadpool_info
+    from acn.app.process import prepare_process
+    from acn.common.settings import Settings
+
+    def blas_threads():
+        return sorted({info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"})
+
+    before = blas_threads()
+    prepare_process(Settings())
+    print(before, blas_threads())
+"""
+
+pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="BLAS starts with one thread on one core")
+
+
+def _before_and_after(**env: str) -> str:
+    environment = server_env(**env)
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        if name not in env:
+            environment.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE)], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
+def test_a_server_process_runs_blas_on_one_thread() -> None:
+    before, after = _before_and_after().split(" ")
+    assert after == "[1]"
+    assert before != "[1]"  # OpenBLAS's own choice is a thread a core: without the limit the test fails
+
+
+def test_the_operators_own_count_is_left_alone() -> None:
+    assert _before_and_after(OPENBLAS_NUM_THREADS="2") == "[2] [2]"
+    assert _before_and_after(OMP_NUM_THREADS="2") == "[2] [2]"
