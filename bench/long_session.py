@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import statistics
@@ -48,11 +49,12 @@ Post = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 @contextmanager
-def open_client(embedder: str, http: bool, folder: str, checkout: Path | None = None) -> Iterator[Post]:
+def open_client(embedder: str, http: bool, folder: str, checkout: Path | None = None,
+                pids: list[int] | None = None) -> Iterator[Post]:
     """Yield a post(path, body) -> json over the in-process app, or over HTTP to `python server.py` (of
-    `checkout`, another checkout of the project, when given)."""
+    `checkout`, another checkout of the project, when given; its process id is appended to `pids`)."""
     if http or checkout is not None:
-        yield from _http_client(embedder, folder, checkout or Path.cwd())
+        yield from _http_client(embedder, folder, checkout or Path.cwd(), pids)
         return
     from acn.common.settings import Settings
     from acn.server import create_app
@@ -70,8 +72,7 @@ def open_client(embedder: str, http: bool, folder: str, checkout: Path | None = 
         app.extensions["acn"].close()
 
 
-def _http_client(embedder: str, folder: str, checkout: Path) -> Iterator[Post]:
-    import os
+def _http_client(embedder: str, folder: str, checkout: Path, pids: list[int] | None = None) -> Iterator[Post]:
     import subprocess
     import sys
 
@@ -83,6 +84,8 @@ def _http_client(embedder: str, folder: str, checkout: Path) -> Iterator[Post]:
     env = {**os.environ, "ACN_MILVUS_URI": str(Path(folder) / "memory.db"), "ACN_EMBEDDER": embedder,
            "ACN_LOG_LEVEL": "WARNING"}
     process = subprocess.Popen([sys.executable, "server.py", "--port", str(port)], env=env, cwd=checkout)
+    if pids is not None:
+        pids.append(process.pid)
     session = requests.Session()
     base = f"http://127.0.0.1:{port}"
     try:
@@ -194,18 +197,28 @@ def serve_chats(post: Post, chats: int, turns: int) -> tuple[list[tuple[int, flo
 
 def concurrent(chats: int, long_turns: int, short_turns: int, embedder: str) -> str:
     """Serve `chats` chats at once to `short_turns`, then as many to `long_turns`, then the short ones again (the
-    machine's load may change in between: the long run is judged against both), over HTTP; return turns/s."""
+    machine's load may change in between: the long run is judged against both), over HTTP; return turns/s and the
+    server's CPU a turn (all its threads: less moved by other load on the machine than turns/s)."""
     rows = []
     for turns in (short_turns, long_turns, short_turns):
-        with tempfile.TemporaryDirectory() as folder, open_client(embedder, True, folder) as post:
+        pids: list[int] = []
+        with tempfile.TemporaryDirectory() as folder, open_client(embedder, True, folder, pids=pids) as post:
+            cpu = process_cpu_seconds(pids[0])
             timings, elapsed = serve_chats(post, chats, turns)
+            cpu = process_cpu_seconds(pids[0]) - cpu
         late = [t for t in timings if t[0] > turns - min(50, turns)]
-        rows.append(f"| {chats} × {turns} | {len(timings) / elapsed:.1f} | {p50_p95([t[1] for t in late])} | "
-                    f"{p50_p95([t[2] for t in late])} |")
+        rows.append(f"| {chats} × {turns} | {len(timings) / elapsed:.1f} | {cpu * 1000 / len(timings):.1f} | "
+                    f"{p50_p95([t[1] for t in late])} | {p50_p95([t[2] for t in late])} |")
         print(rows[-1], flush=True)
     return "\n".join([f"### {chats} concurrent chats over HTTP, `{embedder}` (the last 50 turns of each chat)", "",
-                      "| chats × turns | turns/s | assemble p50 / p95 ms | record_turn p50 / p95 ms |",
-                      "|---|---|---|---|", *rows])
+                      "| chats × turns | turns/s | server CPU ms a turn | assemble p50 / p95 ms | "
+                      "record_turn p50 / p95 ms |", "|---|---|---|---|---|", *rows])
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """Return the CPU seconds (user + system, every thread) a process has used, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
