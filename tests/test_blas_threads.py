@@ -6,6 +6,7 @@ Each case runs in its own interpreter: the limit is process state, and OpenBLAS 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,9 +14,11 @@ import textwrap
 
 import pytest
 
+from acn.app.process import BLAS_THREAD_VARIABLES
 from tests.conftest import ROOT, server_env
 
 PROBE = """
+    import json
     import numpy
     from threadpoolctl import threadpool_info
     from acn.app.process import prepare_process
@@ -26,28 +29,30 @@ PROBE = """
 
     before = blas_threads()
     prepare_process(Settings())
-    print(before, blas_threads())
+    print(json.dumps([before, blas_threads()]))
 """
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="BLAS starts with one thread on one core")
 
 
-def _before_and_after(**env: str) -> str:
+def _before_and_after(**env: str) -> list[list[int]]:
+    """Return the BLAS thread counts of a fresh interpreter before and after prepare_process."""
     environment = server_env(**env)
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+    for name in BLAS_THREAD_VARIABLES:
         if name not in env:
             environment.pop(name, None)
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE)], cwd=ROOT, env=environment,
                           capture_output=True, text=True, timeout=120, check=True)
-    return done.stdout.strip()
+    counts: list[list[int]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return counts
 
 
 def test_a_server_process_runs_blas_on_one_thread() -> None:
-    before, after = _before_and_after().split(" ")
-    assert after == "[1]"
-    assert before != "[1]"  # OpenBLAS's own choice is a thread a core: without the limit the test fails
+    before, after = _before_and_after()
+    assert after == [1]
+    assert before != [1]  # OpenBLAS's own choice is a thread a core: without the limit the test fails
 
 
 def test_the_operators_own_count_is_left_alone() -> None:
-    assert _before_and_after(OPENBLAS_NUM_THREADS="2") == "[2] [2]"
-    assert _before_and_after(OMP_NUM_THREADS="2") == "[2] [2]"
+    assert _before_and_after(OPENBLAS_NUM_THREADS="2") == [[2], [2]]
+    assert _before_and_after(OMP_NUM_THREADS="2") == [[2], [2]]
