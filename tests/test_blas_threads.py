@@ -1,5 +1,6 @@
 """numpy's BLAS runs on one thread in a server process unless the operator chose a count (issue 47: a second
-OpenBLAS thread spun after each dense product, a third of a `use` server's CPU).
+OpenBLAS thread spun after each dense product, a third of a `use` server's CPU), and so do the OpenMP runtimes
+loaded later (faiss's, with which Milvus Lite builds an HNSW index of each new segment).
 
 Each case runs in its own interpreter: the limit is process state, and OpenBLAS reads its variables once.
 """
@@ -51,6 +52,32 @@ def test_a_server_process_runs_blas_on_one_thread() -> None:
     before, after = _before_and_after()
     assert after == [1]
     assert before != [1]  # OpenBLAS's own choice is a thread a core: without the limit the test fails
+
+
+LATER = """
+    import json
+    import numpy
+    from acn.app.process import prepare_process
+    from acn.common.settings import Settings
+
+    prepare_process(Settings())
+    import faiss  # as Milvus Lite imports it, after start-up, to build a segment's index
+    from threadpoolctl import threadpool_info
+
+    print(json.dumps([faiss.omp_get_max_threads(), sorted({info["num_threads"] for info in threadpool_info()
+                                                           if info["filepath"].find("faiss") >= 0})]))
+"""
+
+
+def test_an_openmp_runtime_loaded_after_start_up_runs_on_one_thread() -> None:
+    pytest.importorskip("faiss")
+    environment = server_env()
+    for name in BLAS_THREAD_VARIABLES:
+        environment.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(LATER)], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=120, check=True)
+    # faiss's OpenMP threads, and its own OpenMP-threaded OpenBLAS: one each (a thread a core without the limit).
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [1, [1]]
 
 
 def test_the_operators_own_count_is_left_alone() -> None:
