@@ -145,3 +145,51 @@ def test_a_most_recent_session_the_plan_leaves_cold_is_not_loaded_first(tmp_path
         assert loads == [] and warmer.cold == 1 and warmer.held_bytes == 0
     finally:
         runtime.close()
+
+
+def held_up_load(monkeypatch: pytest.MonkeyPatch, key: tuple[str, str, str]) -> tuple[threading.Event, threading.Event]:
+    """Hold every load of this session's index (the start-up warmer's) until `release` is set; `loading` is set as
+    one starts."""
+    loading, release = threading.Event(), threading.Event()
+    read_group = IndexLoads._read_group
+
+    def held(self: IndexLoads, group: tuple[str, str, str]) -> LocalIndex | None:
+        if group == key:
+            loading.set()
+            assert release.wait(60)
+        return read_group(self, group)
+
+    monkeypatch.setattr(IndexLoads, "_read_group", held)
+    return loading, release
+
+
+@needs_index
+@pytest.mark.parametrize("small_store", [True, False], ids=["store answers", "load waited for"])
+def test_a_search_before_ready_waits_for_the_warmers_load_only_when_the_store_would_answer_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_store: bool) -> None:
+    # bench.peer's 10k namespace, restarted and asked as soon as /healthz answered: 2.8 s waiting for the warmer's
+    # load of the namespace, 0.36 s answered by the store (HeldIndexes.store_sooner). In a store of many sessions
+    # Lite's first search reads them all, and the load of the one asked for is sooner.
+    mine = Namespace(agent_id="asked-first", session_id="chat")
+    key = (DEFAULT_TENANT, mine.agent_id, mine.session_id or "")
+    if not small_store:  # every stored byte counts as more than a loaded row: a store larger than the load
+        monkeypatch.setattr("acn.storage.database.lite.held.STORE_BYTES_PER_LOADED_ROW", 1)
+    loading, release = held_up_load(monkeypatch, key)
+    app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 60)])
+    answers: list[Any] = []
+    try:
+        assert loading.wait(30)  # the warmer is loading the session, held up there
+        asked = threading.Thread(target=lambda: answers.append(app.test_client().post(
+            "/v1/nodes/memory_retrieve", json={**mine.model_dump(exclude_none=True), "query": "订单ORD-000042退款多少",
+                                               "top_k": 3}).get_json()))
+        asked.start()
+        asked.join(5 if small_store else 1)
+        assert asked.is_alive() is not small_store  # answered at once by the store, or waiting for the load
+        release.set()
+        asked.join(30)
+        assert not asked.is_alive() and answers[0]["ok"]
+        assert "ORD-000042" in answers[0]["text"]
+    finally:
+        release.set()
+        warmed(runtime)
+        runtime.close()

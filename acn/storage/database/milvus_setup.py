@@ -6,6 +6,7 @@ MilvusStore (milvus.py) uses these; `open_store` retries a server that is not up
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -145,6 +146,23 @@ def lite_version() -> str:
     from importlib.metadata import version
 
     return version("milvus-lite")
+
+
+def lite_stored_bytes(path: str, collection: str) -> int | None:
+    """Return the bytes a Lite file holds for a collection (its segments and their index files), or None when the
+    file is not laid out as Milvus Lite 3 lays it out (a first search of the store reads all of them: see
+    HeldIndexes.store_sooner)."""
+    folder = os.path.join(path, "collections", collection, "partitions")
+    if not os.path.isdir(folder):
+        return None
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:  # a compaction removed it meanwhile
+                continue
+    return total
 
 
 def release_lite(path: str) -> None:

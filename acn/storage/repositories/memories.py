@@ -38,6 +38,7 @@ from acn.storage.database import (
     group_filter,
     held_page,
     held_search,
+    lite_stored_bytes,
     live_filter,
     memory_spec,
     namespace_filter,
@@ -116,6 +117,7 @@ class MemoryRepository:
         if self.cache is not None:
             self.cache.known_empty = partial(group_known_empty, self.heads)
             self.cache.member_ids = partial(group_member_ids, self.heads)
+            self.cache.stored_bytes = lambda: lite_stored_bytes(str(getattr(store, "uri", "")), self.spec.name)
         # The faces beside this one: the Lite session indexes reads are answered from (None against a server), what
         # the pipelines keep between calls (Kept, so that they never hold the read cache), the named reads.
         self.held = HeldIndexes(self.cache) if self.cache is not None else None
@@ -396,7 +398,9 @@ class MemoryRepository:
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
         if not query.strip():
             return []
-        indexes = (self.held.of(tenant, within, flt, wait=self.store_cold)
+        store_first = self.store_cold and within is not None and self.held is not None and \
+            self.held.store_sooner(tenant, within)
+        indexes = (self.held.of(tenant, within, flt, wait=self.store_cold, store_first=store_first)
                    if within is not None and self.held is not None else None)
         earlier = earlier and within is not None and has_earlier(self, tenant, within)
         nothing_own = indexes is None and within is not None and self.heads.readable_empty(tenant, within)

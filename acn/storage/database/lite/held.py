@@ -11,6 +11,7 @@ from acn.common.models import Memory, Namespace
 from acn.storage.database.base import Filter, Record
 from acn.storage.database.lite.local_index import LocalIndex
 from acn.storage.database.lite.read_cache import ReadCache
+from acn.storage.database.lite.sizes import STORE_BYTES_PER_LOADED_ROW
 from acn.storage.database.memory_rows import for_user_rows, one_per_text, user_group
 
 Hits = list[tuple[Memory, float]]
@@ -23,7 +24,7 @@ class HeldIndexes:
         self.cache = cache
 
     def of(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
-           wait: bool = False) -> list[LocalIndex] | None:
+           wait: bool = False, store_first: bool = False) -> list[LocalIndex] | None:
         """Return the in-process indexes of what a namespace reads: its session's and, with a user_id, its user's
         (held once for every conversation of the user: a new conversation reads no row of the user's); None while
         either is not held (the store answers).
@@ -31,19 +32,32 @@ class HeldIndexes:
         With `wait` (a search while this process has not searched the store: Lite's search structures are not
         built), an index that loads in the background is waited for instead: answering from the store would build
         those structures over every row, for one call (bounded: PREWARM_WAIT). Other reads (a dedup pool's rows, a
-        filtered list) are answered by a query meanwhile, as before: a query builds nothing.
+        filtered list) are answered by a query meanwhile, as before: a query builds nothing. With `store_first` (a
+        cold store that answers sooner than the load: HeldIndexes.store_sooner), no load is waited for, the start-up
+        warmer's included: the store answers while it runs.
         """
         cache = self.cache
-        index = cache.local_index(tenant, namespace, where)
+        wait = wait and not store_first
+        index = cache.local_index(tenant, namespace, where, prewarmed=not store_first)
         if index is None and wait and cache.wait_loaded((tenant, namespace.agent_id, namespace.session_id)):
             index = cache.local_index(tenant, namespace, where)
         if index is None or not namespace.user_id:
             return None if index is None else [index]
         key = (tenant, namespace.agent_id, user_group(namespace.user_id))
-        users = cache.group_index(key, where)
+        users = cache.group_index(key, where, prewarmed=not store_first)
         if users is None and wait and cache.wait_loaded(key):
             users = cache.group_index(key, where)
         return None if users is None else [index, users]
+
+
+    def store_sooner(self, tenant: str, namespace: Namespace) -> bool:
+        """Return True when a first search of the store (this process has not searched it) answers a search of the
+        session sooner than its index, loading or to load: Lite's first search reads every stored byte of the
+        collection to build its search structures, a load reads the session's rows (STORE_BYTES_PER_LOADED_ROW). A
+        small store of one large session (bench.peer's 10k namespace): the store; many sessions: the load."""
+        listed = self.cache.member_ids((tenant, namespace.agent_id, namespace.session_id))
+        stored = self.cache.stored_bytes() if listed else None
+        return listed is not None and stored is not None and stored < len(listed) * STORE_BYTES_PER_LOADED_ROW
 
 
 def each(indexes: list[LocalIndex], where: Filter) -> list[tuple[LocalIndex, Filter]]:

@@ -68,6 +68,7 @@ class IndexLoads:
     _session_loads: LoadOnce[tuple[str, str], set[str]]
     known_empty: Callable[[GroupKey], bool]
     member_ids: Callable[[GroupKey], list[str] | None]
+    stored_bytes: Callable[[], int | None]
     _index_rows: int
     _max_bytes: int
     _background: bool
@@ -102,7 +103,7 @@ class IndexLoads:
                     log.exception("tokenizing new rows failed")
 
     def local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
-                    wait: bool = False) -> LocalIndex | None:
+                    wait: bool = False, prewarmed: bool = True) -> LocalIndex | None:
         """Return the in-memory index of a session's rows (its own, its agent's agent-scope rows, the shared ones;
         a user's rows are in the user's index: group_index with memory_rows.user_group), or None: the store answers.
 
@@ -111,18 +112,21 @@ class IndexLoads:
         read starts the load on a background thread and is answered by the store (a 10k-row session takes a second
         or more to load; a search in the store, tens of ms); `wait` (or a cache built with background=False) loads
         it on the caller's thread, except a session listed by id (member pages), loaded on the caller's thread up
-        to LISTED_LOAD_ROWS rows and on the background thread beyond (unless `wait`).
+        to LISTED_LOAD_ROWS rows and on the background thread beyond (unless `wait`). A session the start-up warmer
+        is loading is waited for (no second load), unless `prewarmed` is False: then the store answers meanwhile.
         """
-        return self.group_index((tenant, namespace.agent_id, namespace.session_id), where, wait=wait)
+        return self.group_index((tenant, namespace.agent_id, namespace.session_id), where, wait=wait,
+                                prewarmed=prewarmed)
 
-    def group_index(self, key: GroupKey, where: Filter | None = None, *, wait: bool = False) -> LocalIndex | None:
+    def group_index(self, key: GroupKey, where: Filter | None = None, *, wait: bool = False,
+                    prewarmed: bool = True) -> LocalIndex | None:
         """Return the in-memory index of a group's rows (a session's, or a user's: memory_rows.held_group_filter),
         or None: the store answers (see local_index)."""
         if not self._index_rows or (where is not None and not supported(where)):
             return None
         with self._lock:
             prewarming = self._prewarming.get(key)
-        if prewarming is not None:  # loaded by id by the start-up warmer: a short wait, no second load
+        if prewarming is not None and prewarmed:  # loaded by id by the start-up warmer: a short wait, no second load
             prewarming.wait(PREWARM_WAIT)
         if wait:
             self.settle()  # a load already under way on the background thread finishes first
