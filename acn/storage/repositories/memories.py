@@ -398,9 +398,7 @@ class MemoryRepository:
             flt = flt.and_(group_filter(within.agent_id, within.session_id))
         if not query.strip():
             return []
-        store_first = self.store_cold and within is not None and self.held is not None and \
-            self.held.store_sooner(tenant, within)
-        indexes = (self.held.of(tenant, within, flt, wait=self.store_cold, store_first=store_first)
+        indexes = (self.held.of(tenant, within, flt, wait=self.store_cold)
                    if within is not None and self.held is not None else None)
         earlier = earlier and within is not None and has_earlier(self, tenant, within)
         nothing_own = indexes is None and within is not None and self.heads.readable_empty(tenant, within)

@@ -24,31 +24,31 @@ class HeldIndexes:
         self.cache = cache
 
     def of(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
-           wait: bool = False, store_first: bool = False) -> list[LocalIndex] | None:
+           wait: bool = False) -> list[LocalIndex] | None:
         """Return the in-process indexes of what a namespace reads: its session's and, with a user_id, its user's
         (held once for every conversation of the user: a new conversation reads no row of the user's); None while
         either is not held (the store answers).
 
         With `wait` (a search while this process has not searched the store: Lite's search structures are not
         built), an index that loads in the background is waited for instead: answering from the store would build
-        those structures over every row, for one call (bounded: PREWARM_WAIT). Other reads (a dedup pool's rows, a
-        filtered list) are answered by a query meanwhile, as before: a query builds nothing. With `store_first` (a
-        cold store that answers sooner than the load: HeldIndexes.store_sooner), no load is waited for, the start-up
-        warmer's included: the store answers while it runs.
+        those structures over every row, for one call (bounded: PREWARM_WAIT). Unless the store is small beside
+        the session (store_sooner, asked only when there is a load to wait for): then the store answers while the
+        load runs, the start-up warmer's included. Other reads (a dedup pool's rows, a filtered list) are answered
+        by a query meanwhile, as before: a query builds nothing.
         """
         cache = self.cache
-        wait = wait and not store_first
-        index = cache.local_index(tenant, namespace, where, prewarmed=not store_first)
-        if index is None and wait and cache.wait_loaded((tenant, namespace.agent_id, namespace.session_id)):
+        sooner = (lambda: self.store_sooner(tenant, namespace)) if wait else None
+        index = cache.local_index(tenant, namespace, where, store_sooner=sooner)
+        if index is None and wait and not self.store_sooner(tenant, namespace) and \
+                cache.wait_loaded((tenant, namespace.agent_id, namespace.session_id)):
             index = cache.local_index(tenant, namespace, where)
         if index is None or not namespace.user_id:
             return None if index is None else [index]
         key = (tenant, namespace.agent_id, user_group(namespace.user_id))
-        users = cache.group_index(key, where, prewarmed=not store_first)
-        if users is None and wait and cache.wait_loaded(key):
+        users = cache.group_index(key, where, store_sooner=sooner)
+        if users is None and wait and not self.store_sooner(tenant, namespace) and cache.wait_loaded(key):
             users = cache.group_index(key, where)
         return None if users is None else [index, users]
-
 
     def store_sooner(self, tenant: str, namespace: Namespace) -> bool:
         """Return True when a first search of the store (this process has not searched it) answers a search of the

@@ -103,7 +103,7 @@ class IndexLoads:
                     log.exception("tokenizing new rows failed")
 
     def local_index(self, tenant: str, namespace: Namespace, where: Filter | None = None, *,
-                    wait: bool = False, prewarmed: bool = True) -> LocalIndex | None:
+                    wait: bool = False, store_sooner: Callable[[], bool] | None = None) -> LocalIndex | None:
         """Return the in-memory index of a session's rows (its own, its agent's agent-scope rows, the shared ones;
         a user's rows are in the user's index: group_index with memory_rows.user_group), or None: the store answers.
 
@@ -113,20 +113,21 @@ class IndexLoads:
         or more to load; a search in the store, tens of ms); `wait` (or a cache built with background=False) loads
         it on the caller's thread, except a session listed by id (member pages), loaded on the caller's thread up
         to LISTED_LOAD_ROWS rows and on the background thread beyond (unless `wait`). A session the start-up warmer
-        is loading is waited for (no second load), unless `prewarmed` is False: then the store answers meanwhile.
+        is loading is waited for (no second load), unless `store_sooner` says the store answers sooner: then it does.
         """
         return self.group_index((tenant, namespace.agent_id, namespace.session_id), where, wait=wait,
-                                prewarmed=prewarmed)
+                                store_sooner=store_sooner)
 
     def group_index(self, key: GroupKey, where: Filter | None = None, *, wait: bool = False,
-                    prewarmed: bool = True) -> LocalIndex | None:
+                    store_sooner: Callable[[], bool] | None = None) -> LocalIndex | None:
         """Return the in-memory index of a group's rows (a session's, or a user's: memory_rows.held_group_filter),
         or None: the store answers (see local_index)."""
         if not self._index_rows or (where is not None and not supported(where)):
             return None
         with self._lock:
             prewarming = self._prewarming.get(key)
-        if prewarming is not None and prewarmed:  # loaded by id by the start-up warmer: a short wait, no second load
+        # Loaded by id by the start-up warmer: a short wait, no second load (or the store, when it answers sooner).
+        if prewarming is not None and not (store_sooner is not None and store_sooner()):
             prewarming.wait(PREWARM_WAIT)
         if wait:
             self.settle()  # a load already under way on the background thread finishes first
