@@ -26,6 +26,7 @@ from acn.storage.database.base import Filter
 from acn.storage.database.lite import local_index
 from acn.storage.database.lite.index_loads import IndexLoads
 from acn.storage.database.lite.local_index import LocalIndex
+from acn.storage.database.milvus_setup import lite_stored_rows
 from tests.conftest import make_settings
 from tests.test_start_warming import needs_index, rows_of, stored_then_restarted, warmed
 
@@ -172,8 +173,8 @@ def test_a_search_before_ready_waits_for_the_warmers_load_only_when_the_store_wo
     # Lite's first search reads them all, and the load of the one asked for is sooner.
     mine = Namespace(agent_id="asked-first", session_id="chat")
     key = (DEFAULT_TENANT, mine.agent_id, mine.session_id or "")
-    if not small_store:  # every stored byte counts as more than a loaded row: a store larger than the load
-        monkeypatch.setattr("acn.storage.database.lite.held.STORE_BYTES_PER_LOADED_ROW", 1)
+    if not small_store:  # no store is small enough: a store larger than the load
+        monkeypatch.setattr("acn.storage.database.lite.held.STORE_ROWS_PER_LOADED_ROW", 0)
     loading, release = held_up_load(monkeypatch, key)
     app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 60)])
     answers: list[Any] = []
@@ -193,3 +194,14 @@ def test_a_search_before_ready_waits_for_the_warmers_load_only_when_the_store_wo
         release.set()
         warmed(runtime)
         runtime.close()
+
+
+def test_a_stores_row_count_comes_from_its_manifest_and_a_strange_one_counts_as_unknown(tmp_path: Path) -> None:
+    # Unknown: the search waits for its session's load, as it always did.
+    folder = tmp_path / "collections" / "memories"
+    assert lite_stored_rows(str(tmp_path), "memories") is None  # not laid out as Lite 3 lays it out
+    folder.mkdir(parents=True)
+    for text, rows in [('{"current_seq": 42}', 42), ('{"current_seq": -1}', None), ('{"current_seq": true}', None),
+                       ('{"current_seq": "42"}', None), ("[42]", None), ("not json", None), ("{}", None)]:
+        (folder / "manifest.json").write_text(text, encoding="utf-8")
+        assert lite_stored_rows(str(tmp_path), "memories") == rows, text

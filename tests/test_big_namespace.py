@@ -196,8 +196,8 @@ def test_after_a_restart_nothing_searches_the_store_and_a_cold_namespace_waits_f
     # bench/results/scale-bigns.md). Start-up made one, and a read of a namespace loading in the background was
     # answered by the store: RSS after a restart was half again what it was before. Now neither: start-up makes no
     # search, and while the store has not been searched a read waits for its session's load, unless the store is
-    # small beside the session (the next test): here every stored byte counts as more than a loaded row.
-    monkeypatch.setattr(acn.storage.database.lite.held, "STORE_BYTES_PER_LOADED_ROW", 1)
+    # small beside the session (the next test): here no store is small enough.
+    monkeypatch.setattr(acn.storage.database.lite.held, "STORE_ROWS_PER_LOADED_ROW", 0)
     app, runtime = stored_then_restarted(tmp_path, [other_rows(200), rows_of(BIG, ROWS)], warm_mb=0)
     try:
         assert runtime.memories.warming is None

@@ -53,7 +53,7 @@ from acn.storage.database.memory_rows import (
     with_client_id,
 )
 from acn.storage.database.milvus import MilvusStore
-from acn.storage.database.milvus_setup import lite_stored_bytes, open_store, warm_insert_checks
+from acn.storage.database.milvus_setup import lite_stored_rows, open_store, warm_insert_checks
 from acn.storage.database.sealed import RefusedStore, RowSealer, SealedStore, sealing_problem
 from acn.storage.database.store_facts import check_encryption, read_fact, store_secret, write_fact
 
@@ -63,7 +63,7 @@ __all__ = [
     "NO_TURN", "OUTPUT_FIELDS", "QUERY_WINDOW", "READS", "ReadCache", "Record", "RefusedStore", "RowSealer",
     "SCOPED_ID_CHARS", "SHARED_KEPT", "Scored", "SealedStore", "SnapshotCipher", "Stamp", "check_encryption",
     "client_id", "every_row", "from_record", "group_filter", "group_turns_user", "group_user", "held_page",
-    "held_rows", "held_search", "kinds_filter", "lite_stored_bytes", "live_filter", "memory_spec", "merged_hits",
+    "held_rows", "held_search", "kinds_filter", "lite_stored_rows", "live_filter", "memory_spec", "merged_hits",
     "namespace_filter",
     "new_memory_id", "one_per_text", "open_store", "pending_vector", "read_fact", "scope_filter", "sealing_problem",
     "session_filter", "share_segmentation", "store_secret", "stored_id", "stored_ids", "tenant_filter", "to_record",

@@ -5,6 +5,7 @@ MilvusStore (milvus.py) uses these; `open_store` retries a server that is not up
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -148,21 +149,16 @@ def lite_version() -> str:
     return version("milvus-lite")
 
 
-def lite_stored_bytes(path: str, collection: str) -> int | None:
-    """Return the bytes a Lite file holds for a collection (its segments and their index files), or None when the
-    file is not laid out as Milvus Lite 3 lays it out (a first search of the store reads all of them: see
-    HeldIndexes.store_sooner)."""
-    folder = os.path.join(path, "collections", collection, "partitions")
-    if not os.path.isdir(folder):
+def lite_stored_rows(path: str, collection: str) -> int | None:
+    """Return how many rows a Lite file's collection has taken in all (its manifest's sequence number: every insert,
+    upsert and delete counts, so never fewer than it holds), or None when the file is not laid out as Milvus Lite 3
+    lays it out (a first search of the store reads every row: see HeldIndexes.store_sooner)."""
+    try:
+        with open(os.path.join(path, "collections", collection, "manifest.json"), encoding="utf-8") as manifest:
+            seq = json.load(manifest).get("current_seq")
+    except (OSError, ValueError, AttributeError):
         return None
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except OSError:  # a compaction removed it meanwhile
-                continue
-    return total
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
 
 
 def release_lite(path: str) -> None:

@@ -38,7 +38,7 @@ from acn.storage.database import (
     group_filter,
     held_page,
     held_search,
-    lite_stored_bytes,
+    lite_stored_rows,
     live_filter,
     memory_spec,
     namespace_filter,
@@ -117,7 +117,7 @@ class MemoryRepository:
         if self.cache is not None:
             self.cache.known_empty = partial(group_known_empty, self.heads)
             self.cache.member_ids = partial(group_member_ids, self.heads)
-            self.cache.stored_bytes = lambda: lite_stored_bytes(str(getattr(store, "uri", "")), self.spec.name)
+            self.cache.stored_rows = lambda: lite_stored_rows(str(getattr(store, "uri", "")), self.spec.name)
         # The faces beside this one: the Lite session indexes reads are answered from (None against a server), what
         # the pipelines keep between calls (Kept, so that they never hold the read cache), the named reads.
         self.held = HeldIndexes(self.cache) if self.cache is not None else None

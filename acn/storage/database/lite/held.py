@@ -11,7 +11,7 @@ from acn.common.models import Memory, Namespace
 from acn.storage.database.base import Filter, Record
 from acn.storage.database.lite.local_index import LocalIndex
 from acn.storage.database.lite.read_cache import ReadCache
-from acn.storage.database.lite.sizes import STORE_BYTES_PER_LOADED_ROW
+from acn.storage.database.lite.sizes import STORE_ROWS_PER_LOADED_ROW
 from acn.storage.database.memory_rows import for_user_rows, one_per_text, user_group
 
 Hits = list[tuple[Memory, float]]
@@ -52,12 +52,12 @@ class HeldIndexes:
 
     def store_sooner(self, tenant: str, namespace: Namespace) -> bool:
         """Return True when a first search of the store (this process has not searched it) answers a search of the
-        session sooner than its index, loading or to load: Lite's first search reads every stored byte of the
-        collection to build its search structures, a load reads the session's rows (STORE_BYTES_PER_LOADED_ROW). A
-        small store of one large session (bench.peer's 10k namespace): the store; many sessions: the load."""
+        session sooner than its index, loading or to load: Lite's first search builds its search structures over
+        every row of the collection, a load reads the session's rows one by one (STORE_ROWS_PER_LOADED_ROW). A small
+        store of one large session (bench.peer's 10k namespace): the store; many sessions: the load."""
         listed = self.cache.member_ids((tenant, namespace.agent_id, namespace.session_id))
-        stored = self.cache.stored_bytes() if listed else None
-        return listed is not None and stored is not None and stored < len(listed) * STORE_BYTES_PER_LOADED_ROW
+        stored = self.cache.stored_rows() if listed else None
+        return listed is not None and stored is not None and stored < len(listed) * STORE_ROWS_PER_LOADED_ROW
 
 
 def each(indexes: list[LocalIndex], where: Filter) -> list[tuple[LocalIndex, Filter]]:

@@ -68,7 +68,7 @@ class IndexLoads:
     _session_loads: LoadOnce[tuple[str, str], set[str]]
     known_empty: Callable[[GroupKey], bool]
     member_ids: Callable[[GroupKey], list[str] | None]
-    stored_bytes: Callable[[], int | None]
+    stored_rows: Callable[[], int | None]
     _index_rows: int
     _max_bytes: int
     _background: bool

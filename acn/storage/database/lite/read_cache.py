@@ -89,9 +89,9 @@ class ReadCache(IndexLoads):
         # The ids of every row a session can read, listed by primary key (None: not known): such an index loads by
         # primary-key lookups, on the caller's thread, whatever the collection holds.
         self.member_ids: Callable[[GroupKey], list[str] | None] = lambda key: None
-        # The bytes the store holds for the collection the indexes are loaded from (None: not known), which a first
-        # search of the store reads (see store_sooner).
-        self.stored_bytes: Callable[[], int | None] = lambda: None
+        # About how many rows the store holds in the collection the indexes are loaded from (None: not known), which
+        # a first search of the store reads (HeldIndexes.store_sooner).
+        self.stored_rows: Callable[[], int | None] = lambda: None
         self._index_rows = index_rows  # 0: no in-process index
         self.indexes_rows = index_rows  # rows in-process indexes may hold in all (0: every search goes to the store)
         self._max_bytes = max_bytes  # session indexes and parked objects, in all (estimated: see nbytes)

@@ -39,9 +39,10 @@ PREWARM_WAIT = 30.0  # seconds a request waits at most for the start-up warmer's
 CACHED_WRITE_COUNTERS = 65_536  # write counters kept (agents, users, sessions: see ReadCache.after_save)
 # A session's first search while this process has not searched the store: it waits for the load of the session's
 # index under way (the start-up warmer's) unless the store would answer sooner. Lite's first search builds its search
-# structures over every stored byte of the collection; a load reads the session's rows one by one. Measured here
-# (USE, after a restart, as soon as /healthz answered): a first search of a 17 MB store of one 10k-row session
-# 0.36-0.38 s against 2.8-3.5 s waiting for the session's load; of a 112 MB store of 50 sessions of 1k rows 1.2-1.5 s
-# against 0.21-0.29 s (+70 MB of RSS). About 12 KB of store is read in the time a load reads a row: the store answers
-# when it holds less than this many bytes a row of the session (HeldIndexes.store_sooner).
-STORE_BYTES_PER_LOADED_ROW = 12 << 10
+# structures over every row of the collection (~25-35 us a row here); a load reads the session's rows one by one
+# (~120 us a row BM25 only, ~250-300 with USE). Measured (USE, after a restart, asked as soon as /healthz answered): a
+# store of one 10k-row session answered by the store in 0.36-0.38 s against 2.8-3.5 s waiting for the load; a store of
+# 50 sessions of 1k rows in 1.2-1.5 s (+70 MB of RSS) against 0.21-0.29 s. The store answers when it holds fewer
+# than this many rows a row of the session (HeldIndexes.store_sooner; a store's rows are counted as Lite numbers its
+# writes, never fewer than it holds).
+STORE_ROWS_PER_LOADED_ROW = 4
