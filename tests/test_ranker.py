@@ -71,6 +71,20 @@ def test_a_valid_model_file_reorders_the_candidates(tmp_path: Path) -> None:
     assert [c.memory.id for c in off] == ["a", "b", "c", "d"]
 
 
+def test_candidates_without_a_model_for_them_are_not_featurised(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The package ships no BM25-only ("lexical") model: a BM25-only focused assemble computed every candidate's
+    # features at each call for nothing (~1 ms of ~13 at the plateau of a long chat, issue 47).
+    made: list[int] = []
+    monkeypatch.setattr(ranker, "features", lambda *args: made.append(1) or features(*args))
+    path = model_file(tmp_path, REVERSING)  # hybrid trees only
+    lexical = [candidate(c.memory.id, c.score, c.memory.content) for c in CANDIDATES]  # no dense part
+    assert reordered("相机在哪？", lexical, [None] * 4, enabled=True, path=path) == lexical
+    assert made == []
+    order = [c.memory.id for c in reordered("相机在哪？", CANDIDATES, [None] * 4, enabled=True, path=path)]
+    assert order == ["b", "c", "d", "a"] and made == [1]  # hybrid ones are, and reordered as before
+
+
 def bad_files() -> dict[str, Any]:
     tree = REVERSING[0]
     return {
