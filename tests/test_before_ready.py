@@ -202,6 +202,8 @@ def test_a_stores_row_count_comes_from_its_manifest_and_a_strange_one_counts_as_
     assert lite_stored_rows(str(tmp_path), "memories") is None  # not laid out as Lite 3 lays it out
     folder.mkdir(parents=True)
     for text, rows in [('{"current_seq": 42}', 42), ('{"current_seq": -1}', None), ('{"current_seq": true}', None),
-                       ('{"current_seq": "42"}', None), ("[42]", None), ("not json", None), ("{}", None)]:
+                       ('{"current_seq": "42"}', None), ("[42]", None), ("not json", None), ("{}", None),
+                       ("[" * 100_000 + "]" * 100_000, None), ('{"current_seq": 42, "x": "' + "y" * (4 << 20) + '"}', None),
+                       (b"\xff\xfe".decode("latin-1"), None)]:
         (folder / "manifest.json").write_text(text, encoding="utf-8")
         assert lite_stored_rows(str(tmp_path), "memories") == rows, text

@@ -149,14 +149,19 @@ def lite_version() -> str:
     return version("milvus-lite")
 
 
+# A Lite manifest lists a collection's segment files (a few KB); a larger one is not read (the load is waited for).
+MAX_MANIFEST_BYTES = 4 << 20
+
+
 def lite_stored_rows(path: str, collection: str) -> int | None:
     """Return how many rows a Lite file's collection has taken in all (its manifest's sequence number: every insert,
     upsert and delete counts, so never fewer than it holds), or None when the file is not laid out as Milvus Lite 3
     lays it out (a first search of the store reads every row: see HeldIndexes.store_sooner)."""
     try:
-        with open(os.path.join(path, "collections", collection, "manifest.json"), encoding="utf-8") as manifest:
-            seq = json.load(manifest).get("current_seq")
-    except (OSError, ValueError, AttributeError):
+        with open(os.path.join(path, "collections", collection, "manifest.json"), "rb") as manifest:
+            text = manifest.read(MAX_MANIFEST_BYTES + 1)
+        seq = json.loads(text).get("current_seq") if len(text) <= MAX_MANIFEST_BYTES else None
+    except (OSError, ValueError, AttributeError, RecursionError):  # a file of another layout, or damaged
         return None
     return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
 
