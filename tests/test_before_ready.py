@@ -176,6 +176,13 @@ def test_a_search_before_ready_waits_for_the_warmers_load_only_when_the_store_wo
     if not small_store:  # no store is small enough: a store larger than the load
         monkeypatch.setattr("acn.storage.database.lite.held.STORE_ROWS_PER_LOADED_ROW", 0)
     loading, release = held_up_load(monkeypatch, key)
+    read: list[tuple[str, str]] = []  # what the rule reads: the server's own Lite file, whatever a request names
+
+    def stored_rows(path: str, collection: str) -> int | None:
+        read.append((path, collection))
+        return lite_stored_rows(path, collection)
+
+    monkeypatch.setattr("acn.storage.repositories.memories.lite_stored_rows", stored_rows)
     app, runtime = stored_then_restarted(tmp_path, [rows_of(mine, 60)])
     answers: list[Any] = []
     try:
@@ -190,6 +197,7 @@ def test_a_search_before_ready_waits_for_the_warmers_load_only_when_the_store_wo
         asked.join(30)
         assert not asked.is_alive() and answers[0]["ok"]
         assert "ORD-000042" in answers[0]["text"]
+        assert read and set(read) == {(str(tmp_path / "memory.db"), runtime.memories.spec.name)}
     finally:
         release.set()
         warmed(runtime)
