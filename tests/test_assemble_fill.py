@@ -9,10 +9,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acn.assembly.fill import Fill
+from acn.assembly.fit import fit_text_items
 from acn.assembly.layers import memory_items
 from acn.assembly.recall import focused_memories, relative_floor, turn_pool
 from acn.common.models import Memory, Namespace
 from acn.server import create_app
+from acn.text.tokens import load_tokenizer
 from tests.conftest import make_settings, post
 
 NS = {"agent_id": "fill", "session_id": "notes", "user_id": "u1"}
@@ -95,3 +98,52 @@ def test_items_after_shown_memories_are_those_made_with_them(rows: list[tuple[st
     shown, rest = memories[:split], memories[split:]
     whole = [item for item in memory_items([*shown, *rest], language) if item.key not in {m.id for m in shown}]
     assert memory_items(rest, language, shown=shown) == whole
+
+
+_TOKENIZER = load_tokenizer()
+_TEXTS = ["订单 31415 已发货", "我的快递单号是 SF1234567890，麻烦查一下", "ok", "The parcel left Hangzhou on 2024-05-03",
+          "物业把我的车位调到了B1-243", "下午和同事讨论了第3版的海报，定稿时间改到周五"]
+
+
+def _fill(served: list[Memory], spare: list[Memory], language: str) -> Fill:
+    return Fill(lambda: list(spare), served, set(), set(), language, _TOKENIZER)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(_TEXTS), st.sampled_from(["fact", "turn"]), st.integers(1, 9)),
+                     max_size=14),
+       split=st.integers(0, 14), budget=st.integers(0, 400), language=st.sampled_from(["zh", "en"]))
+def test_the_fill_fitted_without_its_lines_is_the_fit_with_them(rows: list[tuple[str, str, int]], split: int,
+                                                                 budget: int, language: str) -> None:
+    # Issue 47: a full context's fill is not rendered when the room left cannot hold its cheapest line, and what
+    # is kept, dropped and counted is exactly what fitting the fill's lines too gives (items are made twice: a fit
+    # writes its choice into the items it is given).
+    memories = [_memory(number, f"{content} #{number % 3}", kind, turn)
+                for number, (content, kind, turn) in enumerate(rows)]
+    served, spare = memories[:split], memories[split:]
+    fill = _fill(served, spare, language)
+    got = fill.fitted(memory_items(served, language), budget, lambda items, room: fit_text_items(items, room,
+                                                                                                  _TOKENIZER))
+    whole = fit_text_items([*memory_items(served, language), *_fill(served, spare, language).items], budget,
+                           _TOKENIZER)
+    assert [(item.key, item.chosen) for item in got.items] == [(item.key, item.chosen) for item in whole.items]
+    assert got.tokens == whole.tokens
+    served_keys = {memory.id for memory in served}
+    assert [(i.key, t) for i, t in got.dropped if i.key in served_keys] == \
+        [(i.key, t) for i, t in whole.dropped if i.key in served_keys]
+
+
+def test_a_full_context_does_not_render_its_fill() -> None:
+    served = [_memory(n, f"{_TEXTS[1]} 第{n}次", "turn", n) for n in range(1, 4)]
+    spare = [_memory(n, f"{_TEXTS[5]} 第{n}次", "fact", n) for n in range(10, 60)]  # a line without a header
+    fill = _fill(served, spare, "zh")
+    items = memory_items(served, "zh")
+    alone = fit_text_items(memory_items(served, "zh"), 10_000, _TOKENIZER)
+    # The room left after the served lines is one token short of the cheapest fill line: nothing is rendered.
+    tight = alone.used + fill.cheapest - 1
+    assert fill.fitted(items, tight, lambda i, room: fit_text_items(i, room, _TOKENIZER)).items == alone.items
+    assert "items" not in vars(fill)  # the fill's lines were never made
+    # One token more and the cheapest line fits: the lines are made and one is kept.
+    roomy = fill.fitted(memory_items(served, "zh"), tight + 1, lambda i, room: fit_text_items(i, room, _TOKENIZER))
+    assert "items" in vars(fill)
+    assert len(roomy.items) == len(alone.items) + 1

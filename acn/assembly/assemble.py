@@ -12,10 +12,11 @@ import re
 from acn.assembly.budget import FLOW_ORDER, MODE_DEFAULTS, PHASES, BudgetRatios, layer_shares
 from acn.assembly.current import current_memories, current_segments, stale_values
 from acn.assembly.earlier import from_earlier_conversation
+from acn.assembly.fill import Fill, fill_memories
 from acn.assembly.fit import Fitted, Item, fit_message_items, fit_text_items, layer_lines, surely_kept
 from acn.assembly.layers import memory_items, note_items, segment_items, turn_items
 from acn.assembly.models import LAYERS, AssembleRequest, AssembleResponse, Dropped, Mode, Source, Tokens
-from acn.assembly.recall import focused_memories, message_order, readable, relative_floor, turn_pool, unreadable_reason
+from acn.assembly.recall import focused_memories, relative_floor, turn_pool, unreadable_reason
 from acn.assembly.standing import (
     FOCUSED_KINDS,
     STANDING_KINDS,
@@ -62,10 +63,11 @@ def assemble(request: AssembleRequest, deps: Deps) -> AssembleResponse:
     stale = stale_values(deps.memories, deps.tenant, request)
     budget = ratios(request, mode)
     history_share = layer_shares(request.max_tokens - fixed, budget)["history"]
-    candidates, withheld = layer_candidates(request, deps, state, history, mode, language, stale, history_share)
+    candidates, fill, withheld = layer_candidates(request, deps, state, history, mode, language, stale,
+                                                  history_share)
     available = request.max_tokens - fixed
-    fitted = without_repeats(fit_layers(candidates, available, budget, deps, memory_first=mode == "focused"),
-                             candidates, available, deps)
+    fitted = without_repeats(fit_layers(candidates, available, budget, deps, memory_first=mode == "focused",
+                                        fill=fill), candidates, available, deps, fill=fill)
     return build_response(request, mode, system_messages, user, fitted, withheld, deps)
 
 
@@ -100,8 +102,9 @@ def fixed_system(request: AssembleRequest, history: list[Message]) -> list[Messa
 
 def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, history: list[Message],
                      mode: str, language: str, stale: set[str],
-                     history_share: int) -> tuple[dict[str, list[Item]], list[Dropped]]:
-    """Return each layer's candidate items in priority order, and what is withheld as superseded.
+                     history_share: int) -> tuple[dict[str, list[Item]], Fill, list[Dropped]]:
+    """Return each layer's candidate items in priority order, the memory layer's fill (made when asked for), and
+    what is withheld as superseded.
 
     Archived messages of the turns the history layer surely shows (those that fit its own share) are not
     memory candidates; older turns of a long buffer are, since the history layer may not reach them.
@@ -117,8 +120,8 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
     recent = turn_items(history)
     shown = {item.source["turn_range"][0] for item in surely_kept(recent, history_share, deps.tokenizer)
              if item.source}
-    spare: list[Memory] = []  # BM25 only: what may fill budget left over at the end (see fill_memories)
-    found = [m for m in memory_candidates(request, deps, mode, history, shown, spare)
+    below: list[Memory] = []  # BM25 only: the matches under the score floor, part of the fill (fill_memories)
+    found = [m for m in memory_candidates(request, deps, mode, history, shown, below)
              if not (m.kind == "turn" and m.turn_range and m.turn_range[0] in shown
                      and m.session_id == request.session_id)]  # an earlier conversation's turn 1 is not this one's
     found, unreadable = readable_candidates(found)
@@ -128,22 +131,20 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
     memory += note_items(request.knowledge or [], language, kind="knowledge")
     withheld = [Dropped(layer="memory", id=m.id, kind=m.kind, reason="states a value superseded later",
                         tokens=deps.tokenizer.count(m.content)) for m in stale_memories]
-    fill = fill_items(served, spare, stale, shown, language) if request.memories is None else []
-    return {"memory": memory, "working": working, "history": recent, "fill": fill}, unreadable + withheld
+
+    def spare() -> list[Memory]:  # read only if a fit asks for the fill (acn/assembly/fill.py)
+        if request.memories is not None or not fills_leftover(request, mode, deps):
+            return []
+        return fill_memories(request, deps, history, below, turn_pool(request.max_tokens))
+
+    fill = Fill(spare, served, stale, shown, language, deps.tokenizer)
+    return {"memory": memory, "working": working, "history": recent}, fill, unreadable + withheld
 
 
-def fill_items(served: list[Memory], spare: list[Memory], stale: set[str], shown: set[int],
-               language: str) -> list[Item]:
-    """Return the memory layer's fill: the spare candidates (see fill_memories) that are not served already."""
-    if not spare:
-        return []
-    known = {m.id for m in served}
-    extra = [m for m in spare if m.id not in known and not (m.kind == "turn" and m.turn_range
-                                                             and m.turn_range[0] in shown)]
-    current, _ = current_memories(extra, stale)  # every spare one is readable (fill_memories)
-    # Ranked after the served ones, so a text they already show is not repeated (memory_items keeps one); the
-    # served ones' lines are not made again (they were: a second rendering of ~100 lines a call, issue 47).
-    return [item for item in memory_items(current, language, shown=served) if item.key not in known]
+def fills_leftover(request: AssembleRequest, mode: str, deps: Deps) -> bool:
+    """Whether the memory layer has a fill: a focused BM25-only search for a user input (see fill_memories)."""
+    return (mode not in ("snapshot", "streaming") and bool(request.user_input.strip())
+            and deps.memories.embedder is None)
 
 
 def readable_candidates(found: list[Memory]) -> tuple[list[Memory], list[Dropped]]:
@@ -167,8 +168,8 @@ def readable_candidates(found: list[Memory]) -> tuple[list[Memory], list[Dropped
 def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: list[Message],
                       shown: set[int], spare: list[Memory] | None = None) -> list[Memory]:
     """Return stored memories for the layer: standing state (snapshot), or retrieval for the input (focused);
-    `spare` receives, BM25 only, what may fill the budget left over at the end (fill_memories); with dense vectors
-    the candidates under the score floor come last in the list instead."""
+    `spare` receives, BM25 only, the candidates under the score floor (the start of the fill: fill_memories); with
+    dense vectors they come last in the list instead."""
     if request.memories is not None or mode == "streaming":
         return []
     found: list[Memory] = []
@@ -188,7 +189,7 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
                                   spill=below)
         if below is not None and spare is not None:
             if lexical:
-                spare += fill_memories(request, deps, history, below, turn_pool(request.max_tokens))
+                spare += below
             else:
                 # With dense vectors the candidates under the floor follow the served ones in the memory layer
                 # (no store call more): they take what the hits leave before the recent turns take it. As a fill
@@ -196,30 +197,6 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
                 # bench.recall at 1k: en-chain 84.6 -> 93.3, zh-daily 96.1 -> 96.6 (docs/ranker.md).
                 found += below
     return list({m.id: m for m in found}.values())
-
-
-def fill_memories(request: AssembleRequest, deps: Deps, history: list[Message], below: list[Memory],
-                  count: int) -> list[Memory]:
-    """Return what fills a BM25-only focused context's leftover budget: the matches under the score floor (best
-    first), then the archived messages just older than the recent turns (newest first); only readable rows.
-
-    Without dense vectors the ranked hits are the lexical matches alone, and a context whose recent turns are few
-    (a session compacted into its archive) was left part empty: zh-daily dev at 1k / 2k / 4k used 873 / 1,879 /
-    3,509 tokens on average, while BM25 over raw messages fills its budget with further matches and then with
-    messages that match nothing. This fills only what is left after every layer is fitted (fit_layers), so it
-    never takes the place of a hit, a recent turn or the working state. Issue 28, dev splits of bench.recall, BM25
-    only: zh-daily 4k 90.2 -> 90.5, MADial zh 1k 57.4 -> 57.7, the other cells of those suites and MADial en
-    unchanged (zh-daily 1k stays 83.8 against BM25's 85.2: there every context was full already, and what it misses
-    is an order question, count and list questions whose items share a word or two with the question).
-    """
-    turns = [m.turn for m in history if m.turn is not None]
-    older: list[Memory] = []
-    if turns and count > 0:
-        first = min(turns)
-        wanted = list(range(max(0, first - count), first))
-        older = sorted(readable(deps.memories.archived_messages(deps.tenant, request, wanted)), key=message_order,
-                       reverse=True)
-    return [*readable(below), *older]
 
 
 def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | None, top_k: int) -> list[Memory]:
@@ -231,7 +208,7 @@ def retrieve(request: AssembleRequest, deps: Deps, *, kinds: list[MemoryKind] | 
 
 
 def fit_layers(candidates: dict[str, list[Item]], available: int, budget: BudgetRatios,
-               deps: Deps, *, memory_first: bool = False) -> dict[str, Fitted]:
+               deps: Deps, *, memory_first: bool = False, fill: Fill | None = None) -> dict[str, Fitted]:
     """Fit each layer into its share; unused budget flows to the layers that want more, by their ratios.
 
     `memory_first` (focused mode): the memory layer takes what the others leave before they share it, since a
@@ -256,16 +233,17 @@ def fit_layers(candidates: dict[str, list[Item]], available: int, budget: Budget
         if spare > 0 and fitted[layer].dropped:
             fitted[layer] = fit(layer, candidates[layer], fitted[layer].tokens + spare, deps)
     spare = available - sum(f.tokens for f in fitted.values())
-    if spare > 0 and candidates.get("fill"):  # BM25 only: the rest of the budget (see fill_memories)
+    if spare > 0 and fill is not None and fill.has_lines:  # BM25 only: the rest of the budget (acn/assembly/fill.py)
         memory = fitted["memory"]
-        refit = fit("memory", candidates["memory"] + candidates["fill"], memory.tokens + spare, deps)
+        refit = fill.fitted(candidates["memory"], memory.tokens + spare,
+                            lambda items, room: fit("memory", items, room, deps))
         kept = {item.key for item in refit.items}  # a fill item that did not fit was never asked for: not dropped
         fitted["memory"] = Fitted(refit.items, [(i, t) for i, t in memory.dropped if i.key not in kept], refit.tokens)
     return fitted
 
 
 def without_repeats(fitted: dict[str, Fitted], candidates: dict[str, list[Item]], available: int,
-                    deps: Deps) -> dict[str, Fitted]:
+                    deps: Deps, *, fill: Fill | None = None) -> dict[str, Fitted]:
     """Drop from the memory layer what the history layer ended up showing (an archived message of a shown turn,
     a memory whose text a shown message holds, e.g. the fact extracted from the last message), and give the room
     it took to the next memory candidates (it used to stay empty)."""
@@ -288,8 +266,11 @@ def without_repeats(fitted: dict[str, Fitted], candidates: dict[str, list[Item]]
     if not any(repeated(item) for item in memory.items):
         return fitted
     spare = available - sum(f.tokens for f in fitted.values())
-    pool = [item for item in [*candidates["memory"], *candidates.get("fill", [])] if not repeated(item)]
-    refit = fit("memory", pool, memory.tokens + spare, deps)
+    pool = [item for item in candidates["memory"] if not repeated(item)]
+    room = memory.tokens + spare
+    refit = fit("memory", pool, room, deps) if fill is None else \
+        fill.fitted(pool, room, lambda items, budget: fit("memory", items, budget, deps),
+                    keep=lambda item: not repeated(item))
     kept = {item.key for item in refit.items}
     # As in fit_layers: a fill item that did not fit was never asked for (not dropped), nor is a repeat.
     wanted = {item.key for item in candidates["memory"] if not repeated(item)}

@@ -54,6 +54,7 @@ class Fitted:
     items: list[Item]
     dropped: list[tuple[Item, int]]
     tokens: int
+    used: int = 0  # a text layer's running bound once every candidate was tried (fit_text_items; the fill reads it)
 
 
 def text_layer_cost(texts: list[str], tokenizer: Tokenizer) -> int:
@@ -147,7 +148,7 @@ def fit_text_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) ->
         kept.remove(last)
         dropped.append((last, tokenizer.count(last.chosen)))
         exact = text_layer_cost(layer_lines(kept), tokenizer)
-    return Fitted(kept, dropped, exact)
+    return Fitted(kept, dropped, exact, used)
 
 
 def fit_message_items(candidates: list[Item], budget: int, tokenizer: Tokenizer) -> Fitted:
