@@ -171,7 +171,8 @@ def test_a_search_before_ready_waits_for_the_warmers_load_only_when_the_store_wo
     # bench.peer's 10k namespace, restarted and asked as soon as /healthz answered: 2.8 s waiting for the warmer's
     # load of the namespace, 0.36 s answered by the store (HeldIndexes.store_sooner). In a store of many sessions
     # Lite's first search reads them all, and the load of the one asked for is sooner.
-    mine = Namespace(agent_id="asked-first", session_id="chat")
+    # Ids shaped like a path's parts: the store rule must read the server's own file whatever the request names.
+    mine = Namespace(agent_id="etc..passwd", session_id="collections:..:manifest.json")
     key = (DEFAULT_TENANT, mine.agent_id, mine.session_id or "")
     if not small_store:  # no store is small enough: a store larger than the load
         monkeypatch.setattr("acn.storage.database.lite.held.STORE_ROWS_PER_LOADED_ROW", 0)

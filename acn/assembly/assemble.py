@@ -182,7 +182,7 @@ def memory_candidates(request: AssembleRequest, deps: Deps, mode: str, history: 
         standing = as_messages(standing_memories(request, deps, FOCUSED_KINDS), request, deps)
         found += within_share(standing, int(request.max_tokens * STANDING_SHARE), deps.tokenizer)
         pool = turn_pool(request.max_tokens) if request.archive_top_k is None else request.archive_top_k
-        lexical = deps.memories.embedder is None
+        lexical = fills_leftover(request, mode, deps)  # here: no embedder (one condition with the fill's)
         below: list[Memory] | None = [] if spare is not None else None
         found += focused_memories(request, request.user_input, deps, top_k=request.top_k, turn_pool=pool,
                                   history=history, shown_turns=shown, floor=relative_floor(request.max_tokens),
