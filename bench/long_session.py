@@ -5,7 +5,7 @@ and the answer. Every user message carries a new order number and amount, every 
 date; at turn 40 the user gives a delivery phone number, asked for again at the end.
 
 Run: .venv/bin/python -m bench.long_session [--turns 3000] [--embedder none|use] [--every 100] [--http]
-     .venv/bin/python -m bench.long_session --concurrent 32 --turns 1000 --short 50
+     .venv/bin/python -m bench.long_session --concurrent 32 --turns 1000 --short 50 [--short-every 4]
      .venv/bin/python -m bench.long_session --compare ../before --compare-turns 800   # two servers, in turn
 Prints p50 / p95 of both calls per block of turns, RSS and the stored state's size. Not part of the test run.
 """
@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -186,33 +187,83 @@ def compare(other: Path, other_turns: int, turns: int, embedder: str, every: int
     return "\n".join(lines)
 
 
-def serve_chats(post: Post, chats: int, turns: int) -> tuple[list[tuple[int, float, float]], float]:
-    """Play `chats` chats of `turns` turns at once; return every turn's timings and the seconds it took."""
+def serve_chats(post: Post, chats: int, turns: range, prefix: str = "chat",
+                rngs: list[random.Random] | None = None) -> tuple[list[tuple[int, float, float]], float]:
+    """Play these turns of `chats` chats at once (ids prefix-0, prefix-1, ...; `rngs` carry each chat's messages
+    from one call to the next); return every turn's timings and the seconds it took."""
+    rngs = rngs or [random.Random(index) for index in range(chats)]
     started = time.perf_counter()
     with ThreadPoolExecutor(chats) as pool:
-        done = list(pool.map(lambda index: play(post, f"chat-{index}", range(1, turns + 1), random.Random(index)),
-                             range(chats)))
+        done = list(pool.map(lambda index: play(post, f"{prefix}-{index}", turns, rngs[index]), range(chats)))
     return [t for chat in done for t in chat], time.perf_counter() - started
 
 
-def concurrent(chats: int, long_turns: int, short_turns: int, embedder: str) -> str:
-    """Serve `chats` chats at once to `short_turns`, then as many to `long_turns`, then the short ones again (the
-    machine's load may change in between: the long run is judged against both), over HTTP; return turns/s and the
-    server's CPU a turn (all its threads: less moved by other load on the machine than turns/s)."""
-    rows = []
-    for turns in (short_turns, long_turns, short_turns):
-        pids: list[int] = []
-        with tempfile.TemporaryDirectory() as folder, open_client(embedder, True, folder, pids=pids) as post:
-            cpu = process_cpu_seconds(pids[0])
-            timings, elapsed = serve_chats(post, chats, turns)
-            cpu = process_cpu_seconds(pids[0]) - cpu
-        late = [t for t in timings if t[0] > turns - min(50, turns)]
-        rows.append(f"| {chats} × {turns} | {len(timings) / elapsed:.1f} | {cpu * 1000 / len(timings):.1f} | "
-                    f"{p50_p95([t[1] for t in late])} | {p50_p95([t[2] for t in late])} |")
-        print(rows[-1], flush=True)
-    return "\n".join([f"### {chats} concurrent chats over HTTP, `{embedder}` (the last 50 turns of each chat)", "",
-                      "| chats × turns | turns/s | server CPU ms a turn | assemble p50 / p95 ms | "
-                      "record_turn p50 / p95 ms |", "|---|---|---|---|---|", *rows])
+@dataclass
+class Stretch:
+    """One timed stretch of a concurrent run: its turns' timings, wall seconds and the server's CPU seconds."""
+
+    timings: list[tuple[int, float, float]]
+    elapsed: float
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        return len(self.timings) / self.elapsed
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu * 1000 / len(self.timings)
+
+
+def timed(post: Post, pid: int, chats: int, turns: range, prefix: str, rngs: list[random.Random]) -> Stretch:
+    cpu = process_cpu_seconds(pid)
+    timings, elapsed = serve_chats(post, chats, turns, prefix, rngs)
+    return Stretch(timings, elapsed, process_cpu_seconds(pid) - cpu)
+
+
+def concurrent(chats: int, long_turns: int, short_turns: int, embedder: str, every: int = 4) -> str:
+    """Serve `chats` chats of `long_turns` turns on one server, `short_turns` turns at a time, and after every
+    `every`-th stretch `chats` new chats of `short_turns` turns on a second server, over HTTP; return turns/s and
+    the server's CPU a turn (all its threads) of both, and their ratio.
+
+    Side by side in one run: each short run is beside the long stretch before it, so a change in the machine's
+    load moves both (run one after the other, two runs of 32 × 50 on either side of the long one gave 33.4 and
+    43.3 turns/s).
+    """
+    pids: list[int] = []
+    long_rngs = [random.Random(index) for index in range(chats)]
+    stretches: list[Stretch] = []
+    beside: list[tuple[int, Stretch]] = []  # (index of the long stretch before it, the short run)
+    with tempfile.TemporaryDirectory() as long_folder, tempfile.TemporaryDirectory() as short_folder, \
+            open_client(embedder, True, long_folder, pids=pids) as long_post, \
+            open_client(embedder, True, short_folder, pids=pids) as short_post:
+        for index, start in enumerate(range(1, long_turns + 1, short_turns)):
+            turns = range(start, min(long_turns, start + short_turns - 1) + 1)
+            stretches.append(timed(long_post, pids[0], chats, turns, "chat", long_rngs))
+            if index % every == 0 or turns[-1] == long_turns:
+                rngs = [random.Random(1000 * index + chat) for chat in range(chats)]
+                beside.append((index, timed(short_post, pids[1], chats, range(1, short_turns + 1), f"r{index}",
+                                            rngs)))
+                print(f"turns {turns[0]}–{turns[-1]}: {stretches[-1].rate:.1f} turns/s; {chats} × {short_turns} "
+                      f"beside it: {beside[-1][1].rate:.1f} turns/s", flush=True)
+    rows = [f"| {chats} × {short_turns}, beside turns {stretches[i].timings[0][0]}–{stretches[i].timings[-1][0]} | "
+            f"{run.rate:.1f} | {run.cpu_ms:.1f} | {stretches[i].rate:.1f} | {stretches[i].cpu_ms:.1f} | "
+            f"{stretches[i].rate / run.rate:.2f} |" for i, run in beside]
+    whole_long = sum(len(s.timings) for s in stretches) / sum(s.elapsed for s in stretches)
+    whole_short = sum(len(r.timings) for _, r in beside) / sum(r.elapsed for _, r in beside)
+    late = stretches[-1].timings
+    short_late = [t for _, r in beside for t in r.timings]
+    return "\n".join([
+        f"### {chats} concurrent chats over HTTP, `{embedder}`: {long_turns} turns on one server, {chats} × "
+        f"{short_turns} on a second server after one in {every} of the long chats' stretches of {short_turns} turns",
+        "",
+        "| short run | turns/s | server CPU ms a turn | long chats' stretch before it: turns/s | CPU ms a turn | "
+        "ratio long / short |", "|---|---|---|---|---|---|", *rows, "",
+        f"Whole run: {chats} × {long_turns} at {whole_long:.1f} turns/s, {chats} × {short_turns} at "
+        f"{whole_short:.1f} turns/s: **{whole_long / whole_short:.2f}×**. Last stretch of the long chats: assemble "
+        f"p50 / p95 {p50_p95([t[1] for t in late])} ms, record_turn {p50_p95([t[2] for t in late])} ms; the short "
+        f"chats: assemble {p50_p95([t[1] for t in short_late])} ms, record_turn "
+        f"{p50_p95([t[2] for t in short_late])} ms."])
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -229,6 +280,8 @@ def main() -> None:
     parser.add_argument("--http", action="store_true", help="over HTTP to `python server.py` (default: in process)")
     parser.add_argument("--concurrent", type=int, default=0, help="this many chats at once over HTTP")
     parser.add_argument("--short", type=int, default=50, help="with --concurrent: the short chats' turns")
+    parser.add_argument("--short-every", type=int, default=4,
+                        help="with --concurrent: a short run beside every this many stretches of the long chats")
     parser.add_argument("--compare", type=Path, help="another checkout (before a change): the same chat on both")
     parser.add_argument("--compare-turns", type=int, default=800, help="with --compare: the other's last turn")
     parser.add_argument("--out", type=Path, help="append the table to this Markdown file")
@@ -236,7 +289,7 @@ def main() -> None:
     if args.compare:
         table = compare(args.compare, args.compare_turns, args.turns, args.embedder, args.every)
     elif args.concurrent:
-        table = concurrent(args.concurrent, args.turns, args.short, args.embedder)
+        table = concurrent(args.concurrent, args.turns, args.short, args.embedder, args.short_every)
     else:
         table = one_long(args.turns, args.embedder, args.every, args.http)
     print(table)
