@@ -187,11 +187,10 @@ def compare(other: Path, other_turns: int, turns: int, embedder: str, every: int
     return "\n".join(lines)
 
 
-def serve_chats(post: Post, chats: int, turns: range, prefix: str = "chat",
-                rngs: list[random.Random] | None = None) -> tuple[list[tuple[int, float, float]], float]:
+def serve_chats(post: Post, chats: int, turns: range, prefix: str,
+                rngs: list[random.Random]) -> tuple[list[tuple[int, float, float]], float]:
     """Play these turns of `chats` chats at once (ids prefix-0, prefix-1, ...; `rngs` carry each chat's messages
     from one call to the next); return every turn's timings and the seconds it took."""
-    rngs = rngs or [random.Random(index) for index in range(chats)]
     started = time.perf_counter()
     with ThreadPoolExecutor(chats) as pool:
         done = list(pool.map(lambda index: play(post, f"{prefix}-{index}", turns, rngs[index]), range(chats)))
@@ -252,7 +251,7 @@ def concurrent(chats: int, long_turns: int, short_turns: int, embedder: str, eve
     whole_long = sum(len(s.timings) for s in stretches) / sum(s.elapsed for s in stretches)
     whole_short = sum(len(r.timings) for _, r in beside) / sum(r.elapsed for _, r in beside)
     late = stretches[-1].timings
-    short_late = [t for _, r in beside for t in r.timings]
+    short = [t for _, r in beside for t in r.timings]
     return "\n".join([
         f"### {chats} concurrent chats over HTTP, `{embedder}`: {long_turns} turns on one server, {chats} × "
         f"{short_turns} on a second server after one in {every} of the long chats' stretches of {short_turns} turns",
@@ -262,8 +261,8 @@ def concurrent(chats: int, long_turns: int, short_turns: int, embedder: str, eve
         f"Whole run: {chats} × {long_turns} at {whole_long:.1f} turns/s, {chats} × {short_turns} at "
         f"{whole_short:.1f} turns/s: **{whole_long / whole_short:.2f}×**. Last stretch of the long chats: assemble "
         f"p50 / p95 {p50_p95([t[1] for t in late])} ms, record_turn {p50_p95([t[2] for t in late])} ms; the short "
-        f"chats: assemble {p50_p95([t[1] for t in short_late])} ms, record_turn "
-        f"{p50_p95([t[2] for t in short_late])} ms."])
+        f"chats: assemble {p50_p95([t[1] for t in short])} ms, record_turn "
+        f"{p50_p95([t[2] for t in short])} ms."])
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -286,6 +285,8 @@ def main() -> None:
     parser.add_argument("--compare-turns", type=int, default=800, help="with --compare: the other's last turn")
     parser.add_argument("--out", type=Path, help="append the table to this Markdown file")
     args = parser.parse_args()
+    if args.short_every < 1 or args.short < 1:
+        parser.error("--short and --short-every must be at least 1")
     if args.compare:
         table = compare(args.compare, args.compare_turns, args.turns, args.embedder, args.every)
     elif args.concurrent:
