@@ -4,6 +4,7 @@ out again when a field it read changes, gone with the object, and never part of 
 from __future__ import annotations
 
 import gc
+import operator
 
 from acn.common.models import Memory
 from acn.common.row_memo import held
@@ -59,3 +60,25 @@ def test_kept_values_leave_with_their_object_and_do_not_change_equality() -> Non
     del memories, memory
     gc.collect()
     assert held() == before
+
+
+class _Row:
+    """A stand-in for a stored row's object (any object that takes a weak reference)."""
+
+
+def test_a_kept_value_costs_the_collector_two_objects_a_row() -> None:
+    # Every object kept here is visited by each full collection, a pause of every request (0.89 s at 887k tracked
+    # objects, 32 chats of 250 turns): an entry is its weak reference and its dict of values. A callback closure
+    # and a (reference, values) tuple per entry, as before, were 5 a row.
+    from acn.common.row_memo import remembered
+
+    rows = [_Row() for _ in range(10_000)]
+    gc.collect()
+    before = len(gc.get_objects())
+    for number, row in enumerate(rows):
+        remembered(row, "line", ("zh", number), operator.eq, lambda: "a line")
+    gc.collect()
+    added = len(gc.get_objects()) - before
+    assert added <= 2.5 * len(rows), added / len(rows)
+    del rows
+    gc.collect()

@@ -9,6 +9,11 @@ follows the rows the index holds.
 
 A pydantic model compares its private attributes, so the values are not kept on the object itself: two equal
 memories must stay equal whatever was worked out from one of them.
+
+Every object kept here is scanned by the cyclic collector's full passes (a pause of every request: 0.89 s at 887k
+tracked objects, 32 chats of 250 turns; docs/benchmarks.md): an entry is a weak reference and a dict of values in
+two tables, and every reference shares one callback. A (reference, values) tuple and a callback closure per entry
+were three objects more per memoised row for each pass to visit.
 """
 
 from __future__ import annotations
@@ -19,18 +24,28 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# id(object) -> (a weak reference to it, {name: (key, value)})
-_MEMOS: dict[int, tuple[weakref.ref[Any], dict[str, tuple[Any, Any]]]] = {}
+# id(object) -> a weak reference to it, and -> the values kept for it ({name: (key, value)})
+_REFERENCES: dict[int, weakref.ref[Any]] = {}
+_SLOTS: dict[int, dict[str, tuple[Any, Any]]] = {}
+# id(weak reference) -> id(its object): the one callback finds an entry by the reference it is called with
+_OWNERS: dict[int, int] = {}
 
 
 def memo_slots(obj: object) -> dict[str, tuple[Any, Any]]:
     """Return the values kept for this object (an empty dict the first time)."""
     number = id(obj)
-    entry = _MEMOS.get(number)
-    if entry is not None and entry[0]() is obj:
-        return entry[1]
-    slots: dict[str, tuple[Any, Any]] = {}
-    _MEMOS[number] = (weakref.ref(obj, _dropper(number)), slots)
+    reference = _REFERENCES.get(number)
+    if reference is not None and reference() is obj:
+        slots = _SLOTS.get(number)
+        if slots is not None:
+            return slots
+    if reference is not None:  # an older object's entry at the same address whose callback has not run
+        _OWNERS.pop(id(reference), None)
+    slots = {}
+    reference = weakref.ref(obj, _drop)
+    _OWNERS[id(reference)] = number
+    _SLOTS[number] = slots
+    _REFERENCES[number] = reference
     return slots
 
 
@@ -48,12 +63,12 @@ def remembered(obj: object, name: str, key: Any, same: Callable[[Any, Any], bool
 
 def held() -> int:
     """How many objects have values kept (for tests: an object's entry leaves with it)."""
-    return len(_MEMOS)
+    return len(_SLOTS)
 
 
-def _dropper(number: int) -> Callable[[weakref.ref[Any]], None]:
-    def drop(reference: weakref.ref[Any]) -> None:
-        entry = _MEMOS.get(number)
-        if entry is not None and entry[0] is reference:  # not a newer object's entry at the same address
-            _MEMOS.pop(number, None)
-    return drop
+def _drop(reference: weakref.ref[Any]) -> None:
+    """Forget the entry of the object a reference pointed to (its callback, as the object goes)."""
+    number = _OWNERS.pop(id(reference), None)
+    if number is not None and _REFERENCES.get(number) is reference:  # not a newer object's entry at that address
+        _REFERENCES.pop(number, None)
+        _SLOTS.pop(number, None)
