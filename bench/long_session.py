@@ -265,6 +265,14 @@ def concurrent(chats: int, long_turns: int, short_turns: int, embedder: str, eve
         f"{p50_p95([t[2] for t in short])} ms."])
 
 
+def report(table: str, out: Path | None) -> None:
+    """Print a run's Markdown table, and append it to `out` when given (a results file)."""
+    print(table)
+    if out:
+        with out.open("a", encoding="utf-8") as handle:
+            handle.write(table + "\n\n")
+
+
 def process_cpu_seconds(pid: int) -> float:
     """Return the CPU seconds (user + system, every thread) a process has used, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -293,10 +301,7 @@ def main() -> None:
         table = concurrent(args.concurrent, args.turns, args.short, args.embedder, args.short_every)
     else:
         table = one_long(args.turns, args.embedder, args.every, args.http)
-    print(table)
-    if args.out:
-        with args.out.open("a", encoding="utf-8") as handle:
-            handle.write(table + "\n\n")
+    report(table, args.out)
 
 
 if __name__ == "__main__":

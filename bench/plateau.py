@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.long_session import BUDGET, Post, answer_message, open_client, user_message
+from bench.long_session import BUDGET, Post, answer_message, open_client, report, user_message
 
 # (label, module, attribute): the pipeline steps timed, each a module-level function or a method looked up at
 # call time, none calling another of them.
@@ -160,10 +160,7 @@ def main() -> None:
         parser.error("--chats, --young and --steps must be at least 1, --old at least 0")
     clock = side_by_side(args.chats, args.old, args.young, args.steps, args.embedder)
     result = table(clock, args.chats * args.steps, args.chats, args.old, args.young, args.steps, args.embedder)
-    print(result)
-    if args.out:
-        with args.out.open("a", encoding="utf-8") as handle:
-            handle.write(result + "\n\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":
