@@ -97,6 +97,16 @@ def test_one_import_root() -> None:
     assert "from acn.server import create_app, freeze_imports, main" in thin and len(thin.splitlines()) < 30
 
 
+def test_no_request_reaches_a_benchmark() -> None:
+    """The benchmarks write where their command line says (`--out`, a results file) and start servers of other
+    checkouts: nothing the server runs imports them, so no request can choose a path they write or a process they
+    start."""
+    importers = sorted(module for module, path in modules().items()
+                       for name in imported_names(path.read_text(encoding="utf-8"), module.rpartition(".")[0])
+                       if name == "bench" or name.startswith("bench."))
+    assert importers == []
+
+
 def test_imports_point_down() -> None:
     upward = [f"{module} -> {target}" for module in modules() for target in imports(module)
               if top(target) != top(module) and RANK[top(target)] <= RANK[top(module)]
