@@ -8,7 +8,7 @@ from typing import Any
 from flask.testing import FlaskClient
 
 from acn.common.models import Decision, Segment
-from acn.compaction.rollup import MIN_OLDEST_TOKENS, roll_up, summary_cap, trim_segment
+from acn.compaction.rollup import MIN_OLDEST_TOKENS, TRIM_MARGIN, TRIM_SLACK, roll_up, summary_cap, trim_segment
 from acn.compaction.segment_lines import finish_segment
 from acn.text.tokens import load_tokenizer
 from bench.long_session import PHONE, PHONE_QUESTION, PHONE_TURN, answer_message, user_message
@@ -104,6 +104,25 @@ def test_roll_up_touches_only_archived_turns_and_only_past_the_cap() -> None:
     rolled = roll_up([old, new], 400, 206, tokenizer=TOKENIZER, language="zh")
     assert rolled[1] == new
     assert rolled[0].tokens <= max(MIN_OLDEST_TOKENS, 400 - new.tokens)
+
+
+def test_a_trim_leaves_room_for_the_next_turns() -> None:
+    """A trim leaves TRIM_SLACK of the cap free, out of what the verbatim turns hold (less TRIM_MARGIN): the next
+    turn's segment fits without another trim (the oldest segment is cut, rendered and counted on one turn in several,
+    not on every turn), and the trigger, which counts the verbatim turns with the state, is still reached."""
+    old, new = segment(1, 200, 200), segment(201, 206, 3)
+    slack = int(2000 * TRIM_SLACK)
+    rolled = roll_up([old, new], 2000, 206, tokenizer=TOKENIZER, language="zh", verbatim=1000)
+    assert sum(s.tokens for s in rolled) <= 2000 - slack < old.tokens + new.tokens
+    following = segment(207, 207, 1)
+    assert following.tokens < slack
+    again = roll_up([*rolled, following], 2000, 207, tokenizer=TOKENIZER, language="zh", verbatim=1000)
+    assert again == [*rolled, following] and again[0] is rolled[0]
+    # Few tokens verbatim: the room comes out of them, so the state and the kept turns still reach the trigger.
+    verbatim = TRIM_MARGIN + 50
+    short = sum(s.tokens for s in roll_up([old, new], 2000, 206, tokenizer=TOKENIZER, language="zh",
+                                          verbatim=verbatim))
+    assert short <= 2000 - 50 and short + verbatim >= 2000
 
 
 def test_newer_segments_over_the_cap_join_the_oldest_before_it_is_trimmed() -> None:

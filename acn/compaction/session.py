@@ -146,8 +146,8 @@ def compact_state(options: CompactOptions, state: SessionState, deps: Deps, *, p
     archived = (archive_turns(deps.memories, deps.tenant, namespace, unarchived)
                 if persist_archive and namespace and unarchived else [])
     kept = [m for t in old[len(to_compact):] + recent for m in t.messages]
-    segments = (bounded_segments(options, outcome, state, to_compact if persist_archive else [], tokenizer)
-                if bounded else outcome.segments)
+    segments = (bounded_segments(options, outcome, state, to_compact if persist_archive else [], tokenizer,
+                                 verbatim=history_tokens(kept, [], tokenizer)) if bounded else outcome.segments)
     new_state = state.model_copy(update={"buffer": kept, "segments": segments})
     return new_state, compacted_response(new_state, reason, before, outcome, archived, tokenizer)
 
@@ -165,12 +165,14 @@ def _compact_with_llm_slot(options: CompactOptions, deps: Deps, to_compact: list
 
 
 def bounded_segments(options: CompactOptions, outcome: CompactionOutcome, state: SessionState,
-                     archived_now: list[Turn], tokenizer: Tokenizer) -> list[Segment]:
+                     archived_now: list[Turn], tokenizer: Tokenizer, *, verbatim: int = 0) -> list[Segment]:
     """Return the run's segments with the oldest rolled up past the summary cap (compaction.rollup): only turns
-    whose raw messages are archived (before this call, or by it) may leave the working state."""
+    whose raw messages are archived (before this call, or by it) may leave the working state. `verbatim`: the
+    tokens of the turns the buffer keeps (a trim's room comes out of them)."""
     archived_turn = max([state.archived_turn, *(t.number for t in archived_now)])
     cap = summary_cap(options.trigger_ratio * options.context_window)
-    return roll_up(outcome.segments, cap, archived_turn, tokenizer=tokenizer, language=outcome.language)
+    return roll_up(outcome.segments, cap, archived_turn, tokenizer=tokenizer, language=outcome.language,
+                   verbatim=verbatim)
 
 
 def decide(options: CompactOptions, tokens: int, verbatim: int, old: list[Turn], *, force: bool) -> Reason:
