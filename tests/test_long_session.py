@@ -96,6 +96,39 @@ def test_trim_keeps_what_is_in_force_and_the_newest_lines() -> None:
     assert trimmed.id != big.id and trimmed.id.startswith("seg-1-200-")
 
 
+def long_chat_segment() -> Segment:
+    """The oldest segment of the long chat near turn 1,100: a question and an amount a turn, the last turns' key
+    numbers (quoted by those facts and by the done lines), the phone decision of turn 40."""
+    rng = random.Random(7)
+    facts: list[str] = []
+    numbers: dict[str, str] = {}
+    done: list[str] = []
+    for turn in range(1001, 1101):
+        order, amount = rng.randint(10000, 99999), rng.randint(100, 999)
+        facts += [f"第{turn}轮：我的订单号 {order} 怎么样了？", f"上次说的金额是 {amount} 元"]
+        if turn > 1096:
+            suffix = f" {turn - 1097}" if turn > 1097 else ""
+            ticket, day = f"T{rng.randint(100000, 999999)}", f"10月{rng.randint(1, 28)}日"
+            numbers.update({f"number{suffix}": f"{turn}轮", f"订单号{suffix}": str(order),
+                            f"金额{suffix}": f"{amount} 元", f"工单号{suffix}": ticket, f"截止日期{suffix}": day})
+            done.append(f"已为您登记工单 {ticket}，预计 {day} 前处理完毕")
+    made = Segment(id="", turn_range=[1, 1100], goal="",
+                   decisions=[Decision(decision="第40轮：我的收货电话改成 13957614382，以后都寄到这个号码")],
+                   done=done, facts=facts, key_numbers=numbers)
+    return finish_segment(made, "zh", TOKENIZER)
+
+
+def test_a_trim_never_empties_the_segment_when_its_estimate_overshoots() -> None:
+    """Leaving a fact out can show the key numbers it quoted (and leave room for more of them), so the rendered cost
+    is not monotonic in the trim's budget. Every allowance below the segment keeps it within a line of the
+    allowance; the correction's fallback used to keep nothing but the header (12 tokens) for 22 of these."""
+    big = long_chat_segment()
+    for allowance in range(big.tokens - 400, big.tokens):
+        trimmed = trim_segment(big, allowance, tokenizer=TOKENIZER, language="zh")
+        assert allowance - 100 <= trimmed.tokens <= allowance, allowance
+        assert trimmed.decisions == big.decisions
+
+
 def test_roll_up_touches_only_archived_turns_and_only_past_the_cap() -> None:
     old, new = segment(1, 200, 200), segment(201, 206, 3)
     assert roll_up([old, new], 10_000, 206, tokenizer=TOKENIZER, language="zh") == [old, new]
