@@ -29,7 +29,7 @@ SUMMARY_SHARE = 1.0
 # What the oldest segment keeps however full the newer ones are: its goal and a few lines.
 MIN_OLDEST_TOKENS = 120
 # A trim leaves up to this share of the cap free, so the turns after it compact without trimming again. Trimmed to
-# the cap itself, a long session's oldest segment was cut, rendered and counted on ~9 turns in 10 (each turn's
+# the cap itself, a long session's oldest segment was cut, rendered and counted on ~8 turns in 10 (each turn's
 # segment is ~70 tokens, and five merge every fourth turn): 1.2 ms of a turn's 3.7 ms of compaction at turn 1,300
 # (issue 47). The room left is at most what the verbatim turns kept hold, less TRIM_MARGIN (a line the trim may cut
 # short): the compaction trigger counts them with the state, so the next turn still compacts. Room beyond that let
