@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -71,6 +72,42 @@ def test_a_holder_past_its_lease_is_refused_at_commit(redis: RedisServer) -> Non
         with pytest.raises(LeaseLostError) as refused:
             slow.check(stale)
         assert refused.value.code == "lease_lost" and http_status(refused.value) == 409
+
+
+def test_a_lease_that_lapsed_while_nobody_took_the_session_is_taken_back(redis: RedisServer) -> None:
+    # A stall (a GC pause, a process starved of CPU) past the lease with nobody waiting: the fencing counter is
+    # still this holder's token, so nobody else can have written, and the commit goes through.
+    import redis as redis_client
+
+    slow, other = coordinator(redis.url, lease_ms=300), coordinator(redis.url, wait_seconds=0.2)
+    store = redis_client.Redis.from_url(redis.url)
+    slow._stop.set()  # no renewal ever, as in a stopped process (set before the renewer starts: no race)
+    try:
+        with slow.hold("s-lapsed") as lease:
+            time.sleep(0.6)
+            assert store.exists("test:lease:s-lapsed") == 0  # it really expired
+            slow.check(lease)  # taken back: no LeaseLostError
+            assert store.pttl("test:lease:s-lapsed") > 0
+            with pytest.raises(SessionBusyError):  # and held again: nobody else gets in before it is given back
+                with other.hold("s-lapsed"):
+                    pass
+        with other.hold("s-lapsed") as after:
+            assert after.token == lease.token + 1
+    finally:
+        store.close()
+
+
+def test_a_refused_commit_says_how_long_it_held_and_when_it_was_last_renewed(redis: RedisServer) -> None:
+    slow, fast = coordinator(redis.url, lease_ms=300), coordinator(redis.url)
+    slow._stop.set()  # never renewed: the lease is as old as the hold
+    with slow.hold("s-told") as stale:
+        time.sleep(0.6)
+        with fast.hold("s-told"):
+            pass
+        with pytest.raises(LeaseLostError) as refused:
+            slow.check(stale)
+    told = re.search(r"held ([0-9.]+) s, last renewed ([0-9.]+) s ago, lease 300 ms", str(refused.value))
+    assert told is not None and float(told[1]) >= 0.6 and float(told[2]) >= 0.6, str(refused.value)
 
 
 def test_the_lease_is_renewed_while_held(redis: RedisServer) -> None:

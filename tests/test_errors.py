@@ -164,7 +164,7 @@ CONTRACT = {
     "payload_too_large": 413, "unsupported_media_type": 415, "host_not_allowed": 421,
     "validation_error": 422, "duplicate_key": 422, "too_much_work": 422, "invalid_configuration": 500,
     "store_not_configured": 500, "provider_error": 502, "retry_later": 503, "store_unavailable": 503,
-    "coordination_unavailable": 503, "session_busy": 503, "busy": 503, "llm_busy": 503, "provider_timeout": 504,
+    "coordination_unavailable": 503, "store_behind": 503, "session_busy": 503, "busy": 503, "llm_busy": 503, "provider_timeout": 504,
     "llm_url_not_allowed": 403, "llm_override_not_allowed": 403, "encryption_key_error": 500,
     "sealed_field_filter": 500, "turn_ahead": 422, "too_many_requests": 429, "sign_in_throttled": 429, "tenant_busy": 429,
 }

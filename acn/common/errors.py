@@ -121,6 +121,13 @@ class StoreUnavailableError(RetryLaterError):
     code = "store_unavailable"
 
 
+class StoreBehindError(RetryLaterError):
+    """The store still answers an older session version than the one Redis says was committed (a replica's write
+    not yet visible to this one): nothing was written (503 with Retry-After)."""
+
+    code = "store_behind"
+
+
 class CoordinationUnavailableError(RetryLaterError):
     """Redis (ACN_REDIS_URL) cannot be reached: no session lease, so no write (503 with Retry-After)."""
 

@@ -42,7 +42,8 @@ class StoreSettings(StrictModel):
         default=10_000, ge=200, le=600_000,
         description=(
             "Length of a session lease; the holder renews it every third of that. A replica that dies or stalls holds "
-            "a session for at most this long; a stalled one's late commit is refused (409 `lease_lost`)."
+            "a session for at most this long; a stalled one's late commit is refused (409 `lease_lost`) when another "
+            "request took the session meanwhile, and goes through when nobody did."
         ),
     )
     redis_lock_wait_seconds: float = Field(

@@ -10,9 +10,10 @@ A lease alone does not stop a holder that stalled past its lease from writing la
 gets a fencing token (a per-session counter incremented in the same script that takes the lock), and a commit
 first runs `check`: one script that, atomically, confirms the caller still holds the lock with the newest token
 and extends the lease. Only then does the store write. A stalled holder's late commit fails that check (409
-lease_lost): the newer holder's versions are never overwritten. The repository also stores the token in the
-session's head row and refuses a commit whose token is older than the stored one (see
-acn/storage/repositories/sessions.py).
+lease_lost): the newer holder's versions are never overwritten. A holder whose lease expired while nobody else
+took the session (the counter still at its token) passes the check and takes the lease back: a stall with nobody
+waiting is not an error. The repository also stores the token in the session's head row and refuses a commit whose
+token is older than the stored one (see acn/storage/repositories/sessions.py).
 
 The residual window, stated plainly: the check and the store write are two calls (Milvus cannot check a token
 itself), so a process that stalls for longer than a whole lease *between* the check and the write could still
@@ -45,6 +46,7 @@ log = logging.getLogger("acn.coordination")
 # Take the lock; on success, bump the session's fencing counter and return it (0: someone else holds the lock).
 # A missing counter (new session, evicted or Redis restarted empty) starts at Redis's clock in microseconds, so
 # tokens keep growing across a Redis restart unless a session took more leases than microseconds passed.
+# With the token, the version the session's last holder committed ('' when none is known: see _COMMITTED).
 _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('EXISTS', KEYS[2]) == 0 then
@@ -53,17 +55,40 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   local token = redis.call('INCR', KEYS[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return token
+  return {token, redis.call('GET', KEYS[3]) or ''}
 end
-return 0
+return {0, ''}
 """
 # Still the holder, with the newest token? Then extend the lease (renewal, and the fencing check at commit).
+# A lease that expired while nobody took the session is taken back: every acquisition bumps the fencing counter,
+# so a counter still at this holder's token proves no one else held the session since, let alone wrote it. A
+# stall (a GC pause, a starved process) with nobody waiting then costs nothing; with a waiter, the waiter won.
 _CHECK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('GET', KEYS[2]) == ARGV[3] then
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then
+  return 0
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
 return 0
+"""
+# After the store write: the version this holder (still the holder, or holding nobody else's lease) committed.
+_COMMITTED = """
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return 0
+end
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+return 1
 """
 # Delete the lock only if it is still ours (an expired lease may already belong to someone else).
 _RELEASE = """
@@ -87,6 +112,8 @@ class Lease:
     lost: bool = False
     read_version: int | None = None  # the head version this holder read under the lease
     acquired: float = field(default_factory=time.monotonic)
+    renewed: float = field(default_factory=time.monotonic)  # the last time Redis confirmed it (for the 409's message)
+    committed: int | None = None  # the version the previous holder committed, when Redis knows it
 
 
 class RedisCoordinator:
@@ -106,6 +133,7 @@ class RedisCoordinator:
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._check = self._redis.register_script(_CHECK)
         self._release = self._redis.register_script(_RELEASE)
+        self._committed = self._redis.register_script(_COMMITTED)
         self._local = threading.local()
         self._held: dict[int, Lease] = {}  # id(lease) -> lease, for the renewer
         self._held_lock = threading.Lock()
@@ -147,8 +175,34 @@ class RedisCoordinator:
         """Fencing check before a commit: still the holder with the newest token (the lease is extended)."""
         if lease.lost or not self._still_held(lease):
             lease.lost = True
-            raise LeaseLostError("this request's lease on the session expired and another request took it "
-                                 "(the server stalled): nothing was written; reload and retry")
+            now = time.monotonic()
+            raise LeaseLostError(f"this request's lease on the session expired and another request took it (the "
+                                 f"server stalled: held {now - lease.acquired:.1f} s, last renewed "
+                                 f"{now - lease.renewed:.1f} s ago, lease {self.lease_ms} ms): nothing was "
+                                 "written; reload and retry")
+
+    def note_committed(self, lease: Lease, version: int) -> None:
+        """Record in Redis the version this holder just wrote, for the next holder (see sessions.head).
+
+        A store may answer a read from another connection with a version older than the one just written (a Milvus
+        Lite server does, now and then, under concurrent writers: docs/DEPLOYMENT.md); Redis is the one place
+        every replica reads the same truth from. Failing here loses nothing: the write is done, and the next
+        holder reads the store as before.
+        """
+        keys = [self._lock_key(lease.key), self._fence_key(lease.key), self._version_key(lease.key)]
+        try:
+            self._committed(keys=keys, args=[lease.value, lease.token, version, FENCE_TTL_MS])
+        except self._errors:
+            log.warning("could not record version %d of a session in Redis; the next holder reads the store", version)
+
+    def forget_versions(self, session_keys: list[str]) -> None:
+        """Forget the committed versions of deleted sessions (a failure costs their next lease a wait, see catch_up)."""
+        if not session_keys:
+            return
+        try:
+            self._redis.delete(*(self._version_key(key) for key in session_keys))
+        except self._errors:
+            log.warning("could not forget the versions of %d deleted sessions in Redis", len(session_keys))
 
     def ping(self) -> bool:
         """Return True when Redis answers."""
@@ -168,17 +222,18 @@ class RedisCoordinator:
 
     def _take(self, session_key: str) -> Lease:
         value = secrets.token_hex(16)
-        keys = [self._lock_key(session_key), self._fence_key(session_key)]
+        keys = [self._lock_key(session_key), self._fence_key(session_key), self._version_key(session_key)]
         deadline = time.monotonic() + self.wait_seconds
         pause = 0.002
         while True:
             try:
-                token = int(self._acquire(keys=keys, args=[value, self.lease_ms, FENCE_TTL_MS]))
+                answer = self._acquire(keys=keys, args=[value, self.lease_ms, FENCE_TTL_MS])
             except self._errors as error:
                 raise CoordinationUnavailableError(f"the coordination service (Redis) is unreachable: {error}; "
                                                    "nothing was written") from error
+            token, committed = int(answer[0]), answer[1]
             if token:
-                return Lease(key=session_key, value=value, token=token)
+                return Lease(key=session_key, value=value, token=token, committed=committed_version(committed))
             if time.monotonic() >= deadline:
                 raise SessionBusyError(f"another request held this session for over {self.wait_seconds:g} s; "
                                        "nothing was written: retry")
@@ -189,10 +244,13 @@ class RedisCoordinator:
     def _still_held(self, lease: Lease) -> bool:
         keys = [self._lock_key(lease.key), self._fence_key(lease.key)]
         try:
-            return bool(self._check(keys=keys, args=[lease.value, self.lease_ms, lease.token]))
+            held = bool(self._check(keys=keys, args=[lease.value, self.lease_ms, lease.token]))
         except self._errors as error:
             raise CoordinationUnavailableError(f"the coordination service (Redis) is unreachable: {error}; "
                                                "nothing was written") from error
+        if held:
+            lease.renewed = time.monotonic()
+        return held
 
     def _give_back(self, lease: Lease) -> None:
         try:
@@ -214,7 +272,10 @@ class RedisCoordinator:
     def _renew_loop(self) -> None:
         # Renew at a third of the lease: two renewals can fail before the lease runs out.
         while not self._stop.wait(self.lease_ms / 3000):
-            self._renew_all()
+            try:
+                self._renew_all()
+            except Exception:  # noqa: BLE001 - the one renewer thread must outlive any surprise, or every lease lapses
+                log.exception("renewing the session leases failed; trying again in %d ms", self.lease_ms // 3)
 
     def _ensure_renewer(self) -> None:
         if self._renewer is None:
@@ -235,6 +296,15 @@ class RedisCoordinator:
 
     def _fence_key(self, session_key: str) -> str:
         return f"{self._prefix}:fence:{session_key}"
+
+    def _version_key(self, session_key: str) -> str:
+        return f"{self._prefix}:version:{session_key}"
+
+
+def committed_version(raw: bytes | str | None) -> int | None:
+    """Return the version Redis holds for a session, None when it holds none (or something that is not one)."""
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else (raw or "")
+    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 def open_coordinator(settings: Settings) -> RedisCoordinator | None:

@@ -16,6 +16,7 @@ from acn.common.conversation import SessionState, VersionInfo
 from acn.common.errors import ConflictError, LeaseLostError, NotFoundError
 from acn.common.models import Namespace
 from acn.storage.database import Filter, MemoryStore, Record, SnapshotCipher, every_row
+from acn.storage.repositories.catch_up import caught_up, read_visible
 from acn.storage.repositories.coordination import Lease, RedisCoordinator
 from acn.storage.repositories.listed_ids import ListedIds
 from acn.storage.repositories.session_rows import chunk_text, pack, session_spec, unpack
@@ -148,6 +149,10 @@ class SessionRepository:
             self._note_read(tenant, namespace, cached.version)
             return cached
         version = self._stored_version(tenant, namespace)
+        lease = self._lease(tenant, namespace)
+        if lease is not None and lease.read_version is None and lease.committed is not None:
+            version = caught_up(lambda: self._stored_version(tenant, namespace), version, lease.committed,
+                                absent_ok=True)
         self._note_read(tenant, namespace, version)
         if version == 0:
             if self._exclusive:  # no session yet, and only this process could write one (commit remembers it)
@@ -155,7 +160,8 @@ class SessionRepository:
             return SessionState()
         if cached is not None and cached.version == version:
             return cached
-        state = self.read(tenant, namespace, version)
+        state = (read_visible(lambda: self.read(tenant, namespace, version), version) if lease is not None
+                 else self.read(tenant, namespace, version))
         self._remember(key, state)
         return state
 
@@ -204,6 +210,8 @@ class SessionRepository:
             lease.read_version = new.version
         self.present.add([str(head_row["id"])])
         self.store.upsert(self.spec.name, [*self._snapshot_rows(tenant, namespace, new, text), head_row, done_row])
+        if lease is not None:
+            self.coordinator.note_committed(lease, new.version)  # type: ignore[union-attr]
         if self._exclusive:
             with self._locks_guard:
                 self._mark_clear([_session_key(tenant, namespace)])
@@ -304,14 +312,25 @@ class SessionRepository:
 
     def _fenced_head(self, lease: Lease, tenant: str, namespace: Namespace) -> int:
         """Return the stored head version, refusing when a newer lease holder wrote since this one read."""
-        rows = self._by_id(tenant, namespace, [_head_id(tenant, namespace)], ["version", "info"])
-        version = int(rows[0]["version"]) if rows else 0
-        fence = int((rows[0]["info"] or {}).get("fence", 0)) if rows else 0
+        version, fence = self._fenced_version(tenant, namespace)
+        if lease.read_version is not None and version < lease.read_version:  # an older row, or none: read again
+            # (the older row's fence is older too: from here only the version can say another holder wrote)
+            version = caught_up(lambda: self._fenced_version(tenant, namespace)[0], version, lease.read_version)
         if fence > lease.token or (lease.read_version is not None and version != lease.read_version):
             lease.lost = True
+            now = time.monotonic()
             raise LeaseLostError(f"session moved to version {version} under a newer lease while this request "
-                                 "held an expired one: nothing was written; reload and retry")
+                                 f"held an expired one (it read version {lease.read_version} with token "
+                                 f"{lease.token}, the head's is {fence}; held {now - lease.acquired:.1f} s, last "
+                                 f"renewed {now - lease.renewed:.1f} s ago): nothing was written; reload and retry")
         return version
+
+    def _fenced_version(self, tenant: str, namespace: Namespace) -> tuple[int, int]:
+        """Return the stored head's version and the fencing token it was written under (0, 0 for none)."""
+        rows = self._by_id(tenant, namespace, [_head_id(tenant, namespace)], ["version", "info"])
+        if not rows:
+            return 0, 0
+        return int(rows[0]["version"]), int((rows[0]["info"] or {}).get("fence", 0))
 
     def _stored_version(self, tenant: str, namespace: Namespace) -> int:
         if self.present.absent(_head_id(tenant, namespace)):
@@ -363,6 +382,13 @@ class SessionRepository:
         where = Filter("tenant == {dt} and agent_id == {da}", {"dt": tenant, "da": agent_id})
         if session_id:
             where = where.and_(Filter("session_id == {ds}", {"ds": session_id}))
+        if self.coordinator is not None:  # the next lease must not wait for a version no store will show again
+            sessions = [session_id] if session_id else [
+                str(row["session_id"]) for row in every_row(self.store, self.spec.name,
+                                                            where.and_(Filter("row == {dh}", {"dh": HEAD})),
+                                                            ["session_id"])]
+            self.coordinator.forget_versions([_session_key(tenant, Namespace(agent_id=agent_id, session_id=session))
+                                              for session in sessions])
         self.store.delete(self.spec.name, where)
         with self._locks_guard:
             for key in [k for k in self._heads if k[:2] == (tenant, agent_id) and session_id in (None, k[2])]:
