@@ -33,8 +33,8 @@ def _close_coordinators() -> Iterator[None]:
         _opened.pop().close()  # stops its renewer thread and closes its connections
 
 
-def coordinator(url: str, **kwargs: float) -> RedisCoordinator:
-    opened = RedisCoordinator(url, prefix="test", **{"lease_ms": 5000, "wait_seconds": 5.0, **kwargs})
+def coordinator(url: str, store: str = "", **kwargs: float) -> RedisCoordinator:
+    opened = RedisCoordinator(url, prefix="test", store=store, **{"lease_ms": 5000, "wait_seconds": 5.0, **kwargs})
     _opened.append(opened)
     return opened
 
@@ -108,6 +108,19 @@ def test_a_refused_commit_says_how_long_it_held_and_when_it_was_last_renewed(red
             slow.check(stale)
     told = re.search(r"held ([0-9.]+) s, last renewed ([0-9.]+) s ago, lease 300 ms", str(refused.value))
     assert told is not None and float(told[1]) >= 0.6 and float(told[2]) >= 0.6, str(refused.value)
+
+
+def test_committed_versions_belong_to_one_store(redis: RedisServer) -> None:
+    # Two deployments share a Redis and a collection prefix over two Milvus instances: a version one commits is
+    # nothing the other's next lease may wait for; replicas of one store see it.
+    here, replica = coordinator(redis.url, store="milvus-a:19530"), coordinator(redis.url, store="milvus-a:19530")
+    elsewhere = coordinator(redis.url, store="milvus-b:19530")
+    with here.hold("s-stores") as lease:
+        here.note_committed(lease, 5)
+    with replica.hold("s-stores") as seen:
+        assert seen.committed == 5
+    with elsewhere.hold("s-stores") as other:
+        assert other.committed is None
 
 
 def test_the_lease_is_renewed_while_held(redis: RedisServer) -> None:

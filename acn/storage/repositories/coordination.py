@@ -26,6 +26,7 @@ an unlocked write; redis-py reconnects on the next call once Redis is back.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import secrets
@@ -120,10 +121,13 @@ class RedisCoordinator:
     """Session leases and fencing tokens in one Redis (the single-instance lock pattern)."""
 
     def __init__(self, url: str, *, prefix: str = "acn", lease_ms: int = 10_000, wait_seconds: float = 10.0,
-                 client: Any = None) -> None:
+                 client: Any = None, store: str = "") -> None:
         import redis  # only deployments that set ACN_REDIS_URL need the client
 
         self.lease_ms = lease_ms
+        # Committed versions are facts about one store: two deployments sharing a Redis and a collection prefix
+        # over two Milvus instances must not wait for each other's versions (leases shared are only serialised).
+        self._store_tag = hashlib.sha256(store.encode("utf-8")).hexdigest()[:12]
         self.wait_seconds = wait_seconds
         self._prefix = prefix
         # Short socket timeouts: a dead Redis must turn into a quick 503, not a request thread stuck for minutes.
@@ -298,7 +302,7 @@ class RedisCoordinator:
         return f"{self._prefix}:fence:{session_key}"
 
     def _version_key(self, session_key: str) -> str:
-        return f"{self._prefix}:version:{session_key}"
+        return f"{self._prefix}:version:{self._store_tag}:{session_key}"
 
 
 def committed_version(raw: bytes | str | None) -> int | None:
@@ -316,7 +320,8 @@ def open_coordinator(settings: Settings) -> RedisCoordinator | None:
                         settings.milvus_uri.split("@")[-1])
         return None
     coordinator = RedisCoordinator(settings.redis_url, prefix=settings.collection_prefix,
-                                   lease_ms=settings.redis_lease_ms, wait_seconds=settings.redis_lock_wait_seconds)
+                                   lease_ms=settings.redis_lease_ms, wait_seconds=settings.redis_lock_wait_seconds,
+                                   store=settings.milvus_uri.split("@")[-1])  # without credentials
     if not coordinator.ping():
         # Not fatal: reads work without Redis, writes answer 503 until it is reachable.
         log.warning("Redis at ACN_REDIS_URL does not answer yet: session writes answer 503 until it does")
