@@ -136,3 +136,16 @@ def test_a_version_redis_could_not_forget_costs_one_wait_not_the_session(replica
     assert commit_turns(sessions, 1) == 1  # no head for the whole wait: a new session, not a 503
     assert time.monotonic() - started >= CATCH_UP_SECONDS
     assert redis_version(coordinator, redis) == 1
+
+
+def test_a_head_whose_rows_are_not_visible_yet_is_read_again_then_a_503(replica: tuple, redis: RedisServer) -> None:
+    # The head of version 2 is visible, its snapshot rows are not (written apart here, as a read between them sees).
+    sessions, store, coordinator = replica
+    commit_turns(sessions, 1)
+    store.upsert(sessions.spec.name, [sessions._head_row(TENANT, NS, SessionState(version=2, turn=2))])
+    redis_version(coordinator, redis, 2)
+    started = time.monotonic()
+    with pytest.raises(StoreBehindError) as behind, sessions.locked(TENANT, NS):
+        sessions.head(TENANT, NS)  # before: 404 not_found at once, for a version that exists
+    assert time.monotonic() - started >= CATCH_UP_SECONDS
+    assert "shows the head of version 2 of this session but not its rows yet" in str(behind.value)
