@@ -174,3 +174,18 @@ def test_with_redis_the_settings_reach_the_coordinator(redis: RedisServer) -> No
                                        redis_lease_ms=1234, redis_lock_wait_seconds=2.5))
     assert opened is not None and (opened.lease_ms, opened.wait_seconds) == (1234, 2.5) and opened.ping()
     opened.close()
+
+
+def test_the_store_tag_in_redis_keys_carries_no_credentials(redis: RedisServer) -> None:
+    # The tag comes from the server's own ACN_MILVUS_URI (no request names it); its user and password never reach
+    # Redis, and replicas given the same server with other credentials still share the versions.
+    with_secret = open_coordinator(Settings(milvus_uri="http://root:s3cret-pw@milvus.internal:19530",
+                                            redis_url=redis.url))
+    without = open_coordinator(Settings(milvus_uri="http://milvus.internal:19530", redis_url=redis.url))
+    assert with_secret is not None and without is not None
+    try:
+        key = with_secret._version_key("s1")
+        assert "s3cret" not in key and "root" not in key and key == without._version_key("s1")
+    finally:
+        with_secret.close()
+        without.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import re
 import secrets
 import threading
 import time
@@ -321,7 +322,7 @@ def open_coordinator(settings: Settings) -> RedisCoordinator | None:
         return None
     coordinator = RedisCoordinator(settings.redis_url, prefix=settings.collection_prefix,
                                    lease_ms=settings.redis_lease_ms, wait_seconds=settings.redis_lock_wait_seconds,
-                                   store=settings.milvus_uri.split("@")[-1])  # without credentials
+                                   store=re.sub(r"//[^/@]*@", "//", settings.milvus_uri))  # without credentials
     if not coordinator.ping():
         # Not fatal: reads work without Redis, writes answer 503 until it is reachable.
         log.warning("Redis at ACN_REDIS_URL does not answer yet: session writes answer 503 until it does")
