@@ -20,7 +20,7 @@ from acn.providers.embedders import HashEmbedder
 from acn.storage.database.base import Filter
 from acn.storage.database.memory_rows import kinds_filter, live_filter, scope_filter, to_record
 from acn.storage.database.milvus import MilvusStore
-from acn.storage.database.milvus_setup import MAX_VARCHAR
+from acn.storage.database.milvus_setup import MAX_VARCHAR, build_schema
 from acn.storage.repositories.memories import MemoryRepository
 from acn.storage.repositories.sessions import SessionRepository
 from tests.conftest import ENGINE
@@ -73,6 +73,53 @@ def test_dense_search_with_an_embedder(store: MilvusStore) -> None:
     hits = repository.search("t1", "refund card", scope_filter(ns), limit=2)
     best = max(hits, key=lambda h: h.dense)
     assert best.memory.content.startswith("the refund") and best.dense > 0
+
+
+def test_a_lite_file_scans_its_vectors_and_a_server_indexes_them(store: MilvusStore) -> None:
+    """A Lite file's searches are answered by the in-process index: the store keeps no HNSW graph, which Lite 3
+    built again over every flushed and compacted segment (issue 47). A server keeps its own AUTOINDEX."""
+    repository = repo_for(store, dense=True)
+    ns = Namespace(agent_id="a", session_id="s")
+    memories_of(ns, [f"order {n} ships on day {n % 28 + 1}" for n in range(60)], repository)  # past flush_every
+    store.flushes.flush_locked()
+    client = store._require()  # noqa: SLF001 - what the engine was asked to build
+    described = client.describe_index(repository.spec.name, "dense")
+    assert described["index_type"] == ("AUTOINDEX" if store.is_server else "FLAT")
+    hits = repository.search("t1", "order 7 ships", scope_filter(ns), limit=3)
+    assert any(h.memory.content == "order 7 ships on day 8" for h in hits)
+
+
+def test_a_lite_file_made_with_vector_graphs_is_given_the_scan_at_its_next_start(tmp_path: Path) -> None:
+    """A file whose collections were made with AUTOINDEX (before: Lite 3 builds HNSW graphs) is moved to FLAT when
+    opened, its rows kept; a start that died after dropping the graph index and before creating the scan gets it."""
+    if ENGINE:
+        pytest.skip("the C++ Milvus Lite scans whatever it is asked to build")
+    uri = str(tmp_path / "memory.db")
+    store = MilvusStore(uri, flush_every=50).open()
+    repository = repo_for(store, dense=True, prefix="old")
+    client = store._require()  # noqa: SLF001 - remake the collection as the code before the change made it
+    client.drop_collection(repository.spec.name)
+    schema, index = build_schema(client, repository.spec, server=True)
+    client.create_collection(repository.spec.name, schema=schema)
+    client.create_index(repository.spec.name, index)
+    client.load_collection(repository.spec.name)
+    ns = Namespace(agent_id="a", session_id="s")
+    memories_of(ns, [f"order {n} ships on day {n % 28 + 1}" for n in range(60)], repository)
+    store.flushes.flush_locked()
+    assert client.describe_index(repository.spec.name, "dense")["index_type"] == "AUTOINDEX"
+    store.close()
+
+    for _ in range(2):
+        store = MilvusStore(uri, flush_every=50).open()
+        repository = repo_for(store, dense=True, prefix="old")
+        client = store._require()  # noqa: SLF001
+        assert client.describe_index(repository.spec.name, "dense")["index_type"] == "FLAT"
+        assert repository.count("t1", scope_filter(ns)) == 60
+        hits = repository.search("t1", "order 7 ships", scope_filter(ns), limit=3)
+        assert any(h.memory.content == "order 7 ships on day 8" for h in hits)
+        client.release_collection(repository.spec.name)  # a start that died between the drop and the create
+        client.drop_index(repository.spec.name, "dense")
+        store.close()
 
 
 def test_upsert_replaces_and_delete_by_filter(store: MilvusStore) -> None:

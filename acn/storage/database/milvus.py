@@ -34,7 +34,9 @@ from acn.storage.database.milvus_setup import (
     partial_updates_in,
     quiet,
     release_lite,
+    scanned_vectors,
     skip_client_varchar_check,
+    vector_dim,
 )
 
 log = logging.getLogger("acn.store")
@@ -154,7 +156,7 @@ class MilvusStore(MemoryStore):
                 self._templates = self._probe_templates(spec.name)
 
     def _ensure_once(self, client: MilvusClient, spec: CollectionSpec) -> None:
-        schema, index = build_schema(client, spec)
+        schema, index = build_schema(client, spec, server=self.is_server)
         if not client.has_collection(spec.name):
             kwargs: dict[str, Any] = {"schema": schema}
             if spec.partition_key:
@@ -168,6 +170,8 @@ class MilvusStore(MemoryStore):
                 for name in (field for field in SERVER_INDEXED if field in spec.scalar_fields):
                     index.add_index(field_name=name, index_type="INVERTED", index_name=name)
             client.create_index(spec.name, index, sync=self.is_server)
+        elif vector_dim(spec) and not self.is_server and not lite_version().startswith(("2.", "1.")):
+            scanned_vectors(client, spec.name)  # the C++ Lite scans whatever it is asked to build
         # Collections come back released after a restart (STORAGE.md #3); loading is idempotent.
         client.load_collection(spec.name)
 

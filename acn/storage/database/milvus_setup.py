@@ -118,7 +118,41 @@ def is_released(error: MilvusException) -> bool:
     return "released" in text or "not loaded" in text
 
 
-def build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]:
+def dense_index_type(server: bool) -> str:
+    """Return the dense vector index a new collection gets: AUTOINDEX on a Milvus server (its own choice, e.g. HNSW),
+    FLAT in a Lite file. Lite 3 maps AUTOINDEX to an HNSW graph (faiss, efConstruction 200) that it builds again over
+    every flushed and every compacted segment, yet a Lite file's reads are answered by the in-process index
+    (lite/held.py): the store's own search serves only a first search before that index is loaded, which a scan
+    of a few thousand rows answers as fast. bench.long_session's chat with `use`, 3,000 turns in process: the graphs
+    of 37,017 rows built over 205 segments took 5.9 s of CPU (2.0 ms a turn, 4.9 in the last 250), none of them ever
+    searched; their FLAT scans 0.01 s (issue 47)."""
+    return "AUTOINDEX" if server else "FLAT"
+
+
+def vector_dim(spec: CollectionSpec) -> int:
+    """Return the dimension of the collection's "dense" field, 0 for none. Milvus needs at least one vector field: a
+    collection without text or embeddings (the sessions, the memory heads) gets a tiny one."""
+    return spec.dense_dim or (0 if spec.text_field else 2)
+
+
+def scanned_vectors(client: MilvusClient, collection: str) -> None:
+    """Give a Lite file's collection made before dense_index_type the FLAT index (once: its graphs are dropped; the
+    load then writes each segment's vectors beside it, the I/O of one copy of them). A start that died in between
+    left no dense index: it is created."""
+    described = client.describe_index(collection, "dense")
+    if described and described.get("index_type") == "FLAT":
+        return
+    if described:
+        log.info("collection %s: the dense index %s becomes FLAT (a Lite file reads from the in-process index)",
+                 collection, described.get("index_type"))
+        client.release_collection(collection)
+        client.drop_index(collection, "dense")
+    index = client.prepare_index_params()
+    index.add_index(field_name="dense", index_type=dense_index_type(False), metric_type="COSINE")
+    client.create_index(collection, index, sync=False)
+
+
+def build_schema(client: MilvusClient, spec: CollectionSpec, *, server: bool = True) -> tuple[Any, Any]:
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
     for name, kind in spec.scalar_fields.items():
@@ -134,11 +168,10 @@ def build_schema(client: MilvusClient, spec: CollectionSpec) -> tuple[Any, Any]:
         schema.add_function(Function(name=f"{spec.name}_bm25", function_type=FunctionType.BM25,
                                      input_field_names=[spec.text_field], output_field_names=["sparse"]))
         index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-    # Milvus needs at least one vector field; a collection without text or embeddings gets a tiny one.
-    dim = spec.dense_dim or (0 if spec.text_field else 2)
+    dim = vector_dim(spec)
     if dim:
         schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
-        index.add_index(field_name="dense", index_type="AUTOINDEX", metric_type="COSINE")
+        index.add_index(field_name="dense", index_type=dense_index_type(server), metric_type="COSINE")
     return schema, index
 
 
