@@ -1,4 +1,5 @@
-"""bench/lite_index_cost.py on a tiny run: a table row a block, Lite's index builds counted, its factory put back.
+"""bench/lite_index_cost.py and bench/lite_tombstones.py on tiny runs: a table row a block or step, Lite's index builds
+counted, its factory put back.
 
 Behaviour, not timings (the figures are in docs/benchmarks.md, issue 47).
 """
@@ -26,3 +27,10 @@ def test_the_bench_prints_a_row_a_block_and_the_whole_run() -> None:
     assert "| 1–2 |" in text and "| 3–3 |" in text
     assert "s of it in Lite's index builds." in text
     assert factory.build_index_from_spec.__module__ == "milvus_lite.index.factory"
+
+
+def test_the_tombstone_bench_prints_a_row_a_step() -> None:
+    from bench.lite_tombstones import run as tombstones
+
+    text = tombstones(deleted=6, step=3)
+    assert "| 0 |" in text and "| 3 |" in text and "| 6 |" in text

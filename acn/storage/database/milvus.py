@@ -18,6 +18,7 @@ from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, 
 from acn.storage.database.flushing import Flushes
 from acn.storage.database.lite.column_insert import ColumnInsert
 from acn.storage.database.lite.read_priority import READS
+from acn.storage.database.lite.tombstones import share_tombstone_snapshots
 from acn.storage.database.locks import SharedLock, WriteLock
 from acn.storage.database.milvus_setup import (
     CONNECT_TIMEOUT,
@@ -84,6 +85,7 @@ class MilvusStore(MemoryStore):
         skip_client_varchar_check()
         try:
             if not self.is_server:
+                share_tombstone_snapshots()  # before the file's collections are recovered (lite/tombstones.py)
                 os.makedirs(os.path.dirname(os.path.abspath(self.uri)) or ".", exist_ok=True)
             # A channel of its own (not pymilvus's per-address shared one), closed with this store: a shared
             # channel outlives its clients, idles, and is what the next store on that address would inherit.
