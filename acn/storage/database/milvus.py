@@ -173,7 +173,7 @@ class MilvusStore(MemoryStore):
                     index.add_index(field_name=name, index_type="INVERTED", index_name=name)
             client.create_index(spec.name, index, sync=self.is_server)
         elif vector_dim(spec) and not self.is_server and not lite_version().startswith(("2.", "1.")):
-            scanned_vectors(client, spec.name)  # the C++ Lite scans whatever it is asked to build
+            scanned_vectors(client, spec.name)  # a file made before FLAT (the C++ Lite scans whatever it is asked)
         # Collections come back released after a restart (STORAGE.md #3); loading is idempotent.
         client.load_collection(spec.name)
 

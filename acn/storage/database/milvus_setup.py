@@ -122,8 +122,10 @@ def dense_index_type(server: bool) -> str:
     """Return the dense vector index a new collection gets: AUTOINDEX on a Milvus server (its own choice, e.g. HNSW),
     FLAT in a Lite file. Lite 3 maps AUTOINDEX to an HNSW graph (faiss, efConstruction 200) that it builds again over
     every flushed and every compacted segment, yet a Lite file's reads are answered by the in-process index
-    (lite/held.py): the store's own search serves only a first search before that index is loaded, which a scan
-    of a few thousand rows answers as fast. bench.long_session's chat with `use`, 3,000 turns in process: the graphs
+    (lite/held.py). The store's own search (before that index is loaded, or when it cannot wait for it) builds its
+    filter mask row by row over the whole collection anyway; a FLAT scan then multiplies only the rows the filter lets
+    through (a session's), exactly, where a graph searched under a narrow filter is neither faster nor exact.
+    bench.long_session's chat with `use`, 3,000 turns in process: the graphs
     of 37,017 rows built over 205 segments took 5.9 s of CPU (2.0 ms a turn, 4.9 in the last 250), none of them ever
     searched; their FLAT scans 0.01 s (issue 47)."""
     return "AUTOINDEX" if server else "FLAT"
