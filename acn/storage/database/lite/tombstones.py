@@ -30,6 +30,10 @@ def share_tombstone_snapshots() -> bool:
     """Make Milvus Lite's frozen tombstone copies share the map (copy on write); return whether this Lite has the
     DeltaIndex the change is written for (another version keeps its own copies). Idempotent."""
     try:
+        # The package first: importing the submodule alone holds its import lock while it waits for the package's,
+        # and a start-up thread importing the package (runtime.py's jieba warm-up) waits for the submodule's: the
+        # interpreter breaks that deadlock by failing one of the two imports.
+        import milvus_lite  # noqa: F401
         from milvus_lite.storage.delta_index import DeltaIndex
     except ImportError:  # the C++ Lite, or no Lite: nothing to change
         return False
