@@ -18,10 +18,12 @@ from flask import Flask
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Namespace
+from acn.common.settings import Settings
 from acn.memory.archive import archive_new_turns
 from acn.server import create_app
 from acn.storage.database.base import Filter
-from acn.storage.database.lite.local_index import LocalIndex
+from acn.storage.database.lite.dense_rows import unit_vector
+from acn.storage.database.lite.local_index import BUILT_ROWS, LocalIndex
 from tests.conftest import make_settings, post
 from tests.test_new_session_cost import Counted
 
@@ -259,6 +261,49 @@ def test_the_kept_dense_rows_score_as_a_fresh_copy_and_follow_writes() -> None:
     after = kept.search_dense(query, where, 300)
     assert after == index_of(300).search_dense(query, where, 300)
     assert len(after) == sum(1 for _, _, kind in rows if kind == "fact")
+
+
+def test_a_filter_that_allows_every_row_scores_the_index_vectors_without_a_copy() -> None:
+    # A session's own dense searches allow every row it holds: the vectors are scored where the index keeps them,
+    # to the bit as the copy scored them, and no copy is held (it doubled a session's vectors: 32 sessions of 1,000
+    # turns with 512-float vectors did not fit the read cache, and each turn loaded its session again).
+    rng = np.random.default_rng(5)
+    rows = [(f"mem_{n:04x}", rng.standard_normal(16).tolist()) for n in range(200)]
+    index = LocalIndex(16)
+    for memory_id, vector in rows:
+        index.put(memory_of(memory_id, "fact"), {"id": memory_id, "kind": "fact", "dense": vector})
+    query = rng.standard_normal(16).tolist()
+    found = index.search_dense(query, Filter('kind == "fact"'), 200)
+    matrix = np.asarray([unit_vector(vector, 16) for _, vector in rows], dtype=np.float32)  # as put keeps them
+    copy = np.empty((len(rows) + 64, 16), dtype=np.float32)  # as gather_dense_rows copies the allowed rows
+    copy[:len(rows)] = matrix[np.arange(len(rows))]
+    scores = copy[:len(rows)] @ unit_vector(query, 16)
+    assert [(memory.id, score) for memory, score in found] == sorted(
+        ((memory_id, float(scores[n])) for n, (memory_id, _) in enumerate(rows)), key=lambda hit: -hit[1])
+    assert index._dense_rows is None
+    index.put(memory_of("mem_0000", "todo"), {"id": "mem_0000", "kind": "todo", "dense": rows[0][1]})
+    assert len(index.search_dense(query, Filter('kind == "fact"'), 500)) == 199  # one row left out: a copy
+    assert index._dense_rows is not None
+    index.put(memory_of("mem_0000", "fact"), {"id": "mem_0000", "kind": "fact", "dense": rows[0][1]})
+    again = index.search_dense(query, Filter('kind == "fact"'), 200)  # every row again: the copy is let go
+    assert index._dense_rows is None
+    assert [(memory.id, score) for memory, score in again] == [(memory.id, score) for memory, score in found]
+
+
+def test_the_default_read_cache_holds_32_sessions_of_1000_number_rich_turns_with_the_default_embedder() -> None:
+    # bench.long_session's chat leaves 3,645 rows at turn 1,000 (two archived messages and about one fact a turn), of
+    # 512 floats with the default embedder (use). Served in turn, 32 such chats must all stay held: at the old
+    # default (256 MB) 19 fitted, and every turn of the others loaded its session again (issue 47).
+    rng = np.random.default_rng(3)
+    index = LocalIndex(512)
+    for n in range(3645):
+        text = f"第{n // 3}轮：我的订单号 {10000 + n} 怎么样了？上次说的金额是 {n % 990} 元"
+        memory = Memory(id=f"mem_{n:05x}", kind="turn", content=text, scope="session", agent_id="kefu",
+                        session_id="long", created_at=n, updated_at=n, version=1, importance=5.0)
+        index.put(memory, {"id": memory.id, "dense": rng.standard_normal(512).tolist()}, tokenize=False)
+    every = Filter('kind == "turn"')
+    assert len(index.search_dense(rng.standard_normal(512).tolist(), every, BUILT_ROWS)) == BUILT_ROWS  # all built
+    assert 32 * index.nbytes() <= Settings().read_cache_mb << 20
 
 
 def memory_of(memory_id: str, kind: str) -> Memory:

@@ -313,6 +313,14 @@ class LocalIndex:
         if kept is not None and kept.key == key and kept.writes == self._writes:
             return kept.allowed, kept.buffer[:len(kept.allowed)]
         allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
+        if len(allowed) == len(self._rows):
+            # Every row allowed (a session's own searches, as a rule): the index's vectors in slot order are that
+            # array already, and score the same to the bit (tests/test_assemble_cost.py). A copy doubled what a
+            # session's vectors held (2 KB a row of 512 floats), and 32 sessions of 1,000 turns no longer fitted
+            # the read cache: each turn loaded its session again (issue 47).
+            if kept is not None and kept.key == key:
+                self._dense_rows = None
+            return allowed, self._vectors[:len(allowed)]
         kept = self._dense_rows = gather_dense_rows(kept, key, self._writes, self._changes, allowed, self._vectors)
         return allowed, kept.buffer[:len(allowed)]
 

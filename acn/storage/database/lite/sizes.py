@@ -18,7 +18,10 @@ CACHED_INDEX_ROWS = 200_000  # the default of ACN_LOCAL_INDEX_ROWS: one namespac
 # A batch of this many rows for one session (an import, a seeded store) starts loading its index at once: see
 # ReadCache.after_save. Smaller writes (a turn, a few memories) leave it to the session's first read, as before.
 WARM_ON_WRITE = 100
-CACHED_BYTES = 256 << 20  # the default of ACN_READ_CACHE_MB
+# The default of ACN_READ_CACHE_MB. 256 MB held 19 sessions of 1,000 turns with the default embedder (13.1 MB each,
+# 3,645 rows of 512 floats): 32 such chats served in turn each loaded its session again every turn, ~10x slower
+# (issue 47). 768 MB holds ~55.
+CACHED_BYTES = 768 << 20
 TOKENIZE_CHUNK = 200  # rows a loading index tokenizes between pauses
 LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, more in id ranges (ID_CUTS)
 # One sixteenth of the ids of memories and of archived messages (both hex, evenly spread). A session whose rows
