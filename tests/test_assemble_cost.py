@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from flask import Flask
 
 from acn.common.auth import DEFAULT_TENANT
@@ -22,6 +23,7 @@ from acn.common.settings import Settings
 from acn.memory.archive import archive_new_turns
 from acn.server import create_app
 from acn.storage.database.base import Filter
+from acn.storage.database.lite import local_index
 from acn.storage.database.lite.dense_rows import unit_vector
 from acn.storage.database.lite.local_index import BUILT_ROWS, LocalIndex
 from tests.conftest import make_settings, post
@@ -304,6 +306,29 @@ def test_the_default_read_cache_holds_32_sessions_of_1000_number_rich_turns_with
     every = Filter('kind == "turn"')
     assert len(index.search_dense(rng.standard_normal(512).tolist(), every, BUILT_ROWS)) == BUILT_ROWS  # all built
     assert 32 * index.nbytes() <= Settings().read_cache_mb << 20
+
+
+def test_a_row_read_again_keeps_its_built_memory_over_rows_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Memory objects built for reads are kept least recently read first out: a row every turn finds (a standing
+    # memory, the best hit) keeps its object, and with it what was worked out from it (common/row_memo.py), while
+    # the rows one search found once go. First in, first out, it was built again every BUILT_ROWS builds (issue 47).
+    monkeypatch.setattr(local_index, "BUILT_ROWS", 3)
+    index = LocalIndex(4)
+    for n in range(4):
+        index.put(memory_of(f"mem_{n}", "fact"), {"id": f"mem_{n}", "kind": "fact",
+                                                  "dense": [1.0 if d == n else 0.0 for d in range(4)]})
+    every = Filter('kind == "fact"')
+
+    def read(n: int) -> Memory:
+        [(memory, _)] = index.search_dense([1.0 if d == n else 0.0 for d in range(4)], every, 1)
+        assert memory.id == f"mem_{n}"
+        return memory
+
+    first = read(0)
+    read(1), read(2)
+    assert read(0) is first  # read again: now the most recent
+    read(3)  # a fourth row: the least recently read (mem_1) goes, not the first built
+    assert read(0) is first
 
 
 def memory_of(memory_id: str, kind: str) -> Memory:

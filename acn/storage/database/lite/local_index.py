@@ -113,7 +113,8 @@ class LocalIndex:
         self._pending: set[int] = set()
         # Held by the one thread tokenizing them: a search that needs them waits for its pass instead of repeating it.
         self._tokenizing = threading.Lock()
-        self._built: dict[int, tuple[Row, Memory]] = {}  # slot -> (the row it was built of, its Memory)
+        # slot -> (the row it was built of, its Memory), the least recently read first
+        self._built: OrderedDict[int, tuple[Row, Memory]] = OrderedDict()
         # The last pages select_page answered, each with the write count it was read at: a user's index is read
         # by every conversation of the user with the same filters (memory_rows.for_user_rows), so a new
         # conversation's standing memories and superseded values cost no pass over the user's rows.
@@ -387,8 +388,10 @@ class LocalIndex:
             if built is None or built[0] is not row:  # never built, or the row was replaced since
                 built = (row, row_memory(row))
                 if len(self._built) >= BUILT_ROWS:
-                    self._built.pop(next(iter(self._built)))
+                    self._built.popitem(last=False)
                 self._built[slot] = built
+            else:
+                self._built.move_to_end(slot)
             found.append(built[1])
         return found
 
