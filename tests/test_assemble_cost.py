@@ -295,7 +295,7 @@ def test_a_filter_that_allows_every_row_scores_the_index_vectors_without_a_copy(
 def test_the_default_read_cache_holds_32_sessions_of_1000_number_rich_turns_with_the_default_embedder() -> None:
     # bench.long_session's chat leaves 3,645 rows at turn 1,000 (two archived messages and about one fact a turn), of
     # 512 floats with the default embedder (use). Served in turn, 32 such chats must all stay held: at the old
-    # default (256 MB) 19 fitted, and every turn of the others loaded its session again (issue 47).
+    # default (256 MB) 19 fitted (11 while the vectors were held twice), and every turn of the others loaded its session again (issue 47).
     rng = np.random.default_rng(3)
     index = LocalIndex(512)
     for n in range(3645):

@@ -18,9 +18,10 @@ CACHED_INDEX_ROWS = 200_000  # the default of ACN_LOCAL_INDEX_ROWS: one namespac
 # A batch of this many rows for one session (an import, a seeded store) starts loading its index at once: see
 # ReadCache.after_save. Smaller writes (a turn, a few memories) leave it to the session's first read, as before.
 WARM_ON_WRITE = 100
-# The default of ACN_READ_CACHE_MB. 256 MB held 19 sessions of 1,000 turns with the default embedder (13.1 MB each,
-# 3,645 rows of 512 floats): 32 such chats served in turn each loaded its session again every turn, ~10x slower
-# (issue 47). 768 MB holds ~55.
+# The default of ACN_READ_CACHE_MB. A session of 1,000 number-rich turns with the default embedder takes 13.1 MB
+# (3,645 rows of 512 floats; 22.5 MB while its vectors were held twice): 256 MB held 11 (19 now), and 32 such chats
+# served in turn each loaded its session again every turn, 17x slower (bench.sessions_in_turn, issue 47). 768 MB
+# holds ~55.
 CACHED_BYTES = 768 << 20
 TOKENIZE_CHUNK = 200  # rows a loading index tokenizes between pauses
 LOAD_PAGE = 2000  # a session index reads up to this many rows in one query, more in id ranges (ID_CUTS)
