@@ -19,13 +19,14 @@ from flask import Flask
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Namespace
-from acn.common.settings import Settings
+from acn.common.settings_sections.store import StoreSettings
 from acn.memory.archive import archive_new_turns
 from acn.server import create_app
 from acn.storage.database.base import Filter
 from acn.storage.database.lite import local_index
 from acn.storage.database.lite.dense_rows import unit_vector
 from acn.storage.database.lite.local_index import BUILT_ROWS, LocalIndex
+from acn.storage.database.lite.sizes import CACHED_BYTES
 from tests.conftest import make_settings, post
 from tests.test_new_session_cost import Counted
 
@@ -305,7 +306,8 @@ def test_the_default_read_cache_holds_32_sessions_of_1000_number_rich_turns_with
         index.put(memory, {"id": memory.id, "dense": rng.standard_normal(512).tolist()}, tokenize=False)
     every = Filter('kind == "turn"')
     assert len(index.search_dense(rng.standard_normal(512).tolist(), every, BUILT_ROWS)) == BUILT_ROWS  # all built
-    assert 32 * index.nbytes() <= Settings().read_cache_mb << 20
+    default = StoreSettings.model_fields["read_cache_mb"].default << 20  # not the environment's
+    assert default == CACHED_BYTES and 32 * index.nbytes() <= default
 
 
 def test_a_row_read_again_keeps_its_built_memory_over_rows_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
