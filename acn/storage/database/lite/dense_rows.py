@@ -26,6 +26,22 @@ class DenseRows:
     buffer: np.ndarray
 
 
+def dense_rows_of(kept: DenseRows | None, key: Hashable, writes: int, changes: array[int], allowed: np.ndarray,
+                  vectors: np.ndarray, rows: int) -> tuple[DenseRows | None, np.ndarray]:
+    """Return the copy to keep for a dense filter (None: none) and the vectors of the slots it allows, of an index
+    of `rows` rows whose vectors are `vectors` (its `writes`-th put, its change log `changes`).
+
+    A filter that allows every row (a session's own searches, as a rule) is answered with the index's vectors
+    themselves: in slot order they are that array already, and score the same to the bit
+    (tests/test_assemble_cost.py). A copy doubled what a session's vectors held (2 KB a row of 512 floats), and 32
+    sessions of 1,000 turns no longer fitted the read cache: each turn loaded its session again (issue 47).
+    """
+    if len(allowed) == rows:
+        return (None if kept is not None and kept.key == key else kept), vectors[:rows]
+    kept = gather_dense_rows(kept, key, writes, changes, allowed, vectors)
+    return kept, kept.buffer[:len(allowed)]
+
+
 def gather_dense_rows(kept: DenseRows | None, key: Hashable, writes: int, changes: array[int], allowed: np.ndarray,
                vectors: np.ndarray) -> DenseRows:
     """Return the vectors of the allowed slots, reusing `kept`'s buffer when the filter only gained rows since."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from acn.common.models import Memory
 from acn.storage.database.base import Filter, Record
-from acn.storage.database.lite.dense_rows import DenseRows, gather_dense_rows, unit_vector
+from acn.storage.database.lite.dense_rows import DenseRows, dense_rows_of, unit_vector
 from acn.storage.database.lite.index_rows import (
     AS_STORED,
     AT,
@@ -67,9 +67,9 @@ B = 0.75
 # terms per row) it was ~3,900 bytes: a namespace of 100,000 rows did not fit the read cache's 256 MB.
 ROW_BYTES = 700
 # The Memory objects built for reads (a search's hits, a page) are kept for the next read of the same rows, up to
-# this many an index (the oldest out first): assemble reads the same standing rows and many of the same hits turn
-# after turn (at 10k rows in one namespace, building them again each time tripled its median). MEMORY_BYTES is what
-# one holds (tracemalloc, a short memory), counted in nbytes.
+# this many an index (the least recently read out first: first in, first out rebuilt a row every turn finds): assemble
+# reads the same standing rows and many of the same hits turn after turn (at 10k rows in one namespace, building them
+# again each time tripled its median). MEMORY_BYTES is what one holds (tracemalloc, a short memory), in nbytes.
 BUILT_ROWS = 2048
 MEMORY_BYTES = 1500
 # Filters whose matching rows are kept as a bit mask (one per namespace and kind set a caller asks with).
@@ -101,11 +101,9 @@ class LocalIndex:
         # Slots written since the index was built, in order: a cached mask re-reads only those.
         self._changes: array[int] = array("i")
         self._masks: dict[Hashable, tuple[int, bytearray]] = {}
-        # The vectors a dense filter allows, copied out once per state of the index: at 10k rows of 512 floats
-        # the copy cost as much as the product (a focused assemble searches two or three times between writes).
-        # One filter's (a session searches with one); `_writes` counts every put (_changes restarts). Writes that
-        # only add rows after the allowed ones (a record_turn's archived messages, new facts) extend the copy in
-        # place (DenseRows), so the assemble after each turn does not copy the whole session again.
+        # The vectors a dense filter that leaves rows out allows, copied once per state of the index (one filter's;
+        # `_writes` counts every put, _changes restarts); rows added after them extend it in place (DenseRows). A
+        # filter that allows every row needs no copy (dense_rows.dense_rows_of).
         self._writes = 0
         self._dense_rows: DenseRows | None = None
         # Slots whose text is not tokenized yet: a write returns without segmenting its text (jieba takes ~5 ms
@@ -113,8 +111,7 @@ class LocalIndex:
         self._pending: set[int] = set()
         # Held by the one thread tokenizing them: a search that needs them waits for its pass instead of repeating it.
         self._tokenizing = threading.Lock()
-        # slot -> (the row it was built of, its Memory), the least recently read first
-        self._built: OrderedDict[int, tuple[Row, Memory]] = OrderedDict()
+        self._built: OrderedDict[int, tuple[Row, Memory]] = OrderedDict()  # slot -> (its row, its Memory): BUILT_ROWS
         # The last pages select_page answered, each with the write count it was read at: a user's index is read
         # by every conversation of the user with the same filters (memory_rows.for_user_rows), so a new
         # conversation's standing memories and superseded values cost no pass over the user's rows.
@@ -304,26 +301,17 @@ class LocalIndex:
             return [(memory, float(score)) for memory, score in zip(self._memories(top), values, strict=True)]
 
     def _allowed_vectors(self, where: Filter) -> tuple[np.ndarray, np.ndarray]:
-        """Return the slots the filter allows and their vectors, in slot order (called with the lock held).
-
-        The same array `self._vectors[allowed]` gave each search before: the product, and so every score, is the
-        same to the bit (a product over the whole matrix, then indexed, is not: BLAS sums in another order).
-        """
+        """Return the slots the filter allows and their vectors, in slot order (called with the lock held): the same
+        array `self._vectors[allowed]` gave each search before, so every score is the same to the bit (a product over
+        the whole matrix, then indexed, is not: BLAS sums in another order)."""
         key = where.cache_key()
         kept = self._dense_rows
         if kept is not None and kept.key == key and kept.writes == self._writes:
             return kept.allowed, kept.buffer[:len(kept.allowed)]
         allowed = np.flatnonzero(np.frombuffer(self._mask(where), dtype=np.uint8))
-        if len(allowed) == len(self._rows):
-            # Every row allowed (a session's own searches, as a rule): the index's vectors in slot order are that
-            # array already, and score the same to the bit (tests/test_assemble_cost.py). A copy doubled what a
-            # session's vectors held (2 KB a row of 512 floats), and 32 sessions of 1,000 turns no longer fitted
-            # the read cache: each turn loaded its session again (issue 47).
-            if kept is not None and kept.key == key:
-                self._dense_rows = None
-            return allowed, self._vectors[:len(allowed)]
-        kept = self._dense_rows = gather_dense_rows(kept, key, self._writes, self._changes, allowed, self._vectors)
-        return allowed, kept.buffer[:len(allowed)]
+        self._dense_rows, vectors = dense_rows_of(kept, key, self._writes, self._changes, allowed, self._vectors,
+                                                  len(self._rows))
+        return allowed, vectors
 
     def at_places(self, places: Iterable[tuple[str, int]]) -> list[Memory]:
         """Return the live archived messages at these (session id, turn) places, in the order they were put."""
