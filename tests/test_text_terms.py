@@ -1,13 +1,27 @@
-"""BM25 tokens one block at a time: exactly what jieba's search mode makes of the whole text."""
+"""BM25 tokens one block at a time, and content terms one Chinese run at a time: exactly what jieba's search mode
+makes of the whole text, and of each run segmented again."""
 
 from __future__ import annotations
+
+import re
 
 import jieba
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acn.text.terms import CACHED_TOKENS_CHARS, _block_tokens_cached, bm25_tokens
+from acn.text.terms import (
+    CACHED_BLOCK_CHARS,
+    CACHED_TOKENS_CHARS,
+    STOP_ZH,
+    _block_tokens_cached,
+    _run_words_cached,
+    _segmented_terms,
+    bm25_tokens,
+    content_terms,
+)
 from bench.perf import conversation_turn
+
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
 
 
 def jiebas(text: str) -> tuple[str, ...]:
@@ -39,3 +53,25 @@ def test_tool_output_and_its_blocks_are_kept() -> None:
     blocks = jieba.re_han_default.split(result)[1::2]
     assert any(_block_tokens_cached.holds(block) for block in blocks)
     assert bm25_tokens(result) == jiebas(result)
+
+
+def zh_terms(text: str) -> list[str]:
+    """The Chinese content terms as they were made before runs were kept: jieba on each run, every time."""
+    runs = [run for run in _CJK_RUN.findall(text.lower())]
+    return [w for run in runs for w in jieba.cut_for_search(run) if w.strip() and w not in STOP_ZH]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES | st.sampled_from(["我的订单号", "上次说的金额是", "怎么样了", "第", "轮", "元", "已为您登记工单",
+                                          "预计", "前处理完毕", "收货电话改成"]), max_size=40))
+def test_content_terms_of_kept_runs_equal_jiebas(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    first = _segmented_terms(text)  # runs segmented, short ones kept
+    assert first == _segmented_terms(text)  # then read back from the cache
+    assert [t for t in first if _CJK_RUN.fullmatch(t)] == zh_terms(text)
+
+
+def test_a_short_run_is_kept_and_a_long_one_is_not() -> None:
+    short, long = "上次说的金额是", "我们" * CACHED_BLOCK_CHARS
+    assert content_terms(f"第3001轮：{short} 931 元 {long}")
+    assert _run_words_cached.holds(short) and not _run_words_cached.holds(long)
