@@ -298,7 +298,8 @@ def test_sixty_turns_stay_under_the_budget_while_plain_history_outgrows_it(conve
     assert plain[-1] > 3 * BUDGET and sum(t > BUDGET for t in plain) > TURNS // 2
 
 
-def test_the_turn_5_constraint_is_in_the_prompt_at_turn_55(daemon: Daemon) -> None:
+def test_the_turn_5_constraint_is_in_the_prompt_at_turn_55(conversation: Conversation, daemon: Daemon) -> None:
+    # The prompts are the conversation's (asked for here, so the test runs, or skips, on its own as well).
     at_55 = [p for p in daemon.prompts if p["turn"] == 55]
     assert at_55 and all(CONSTRAINT in json.dumps(p["messages"], ensure_ascii=False) for p in at_55)
     # Not by keeping everything: turn 6's answer is long gone from the prompt.
