@@ -57,9 +57,10 @@ def replay(embedder: str, state: Path, first: int, count: int) -> list[float]:
 
 
 def replay_in(checkout: Path, embedder: str, state: Path, first: int, count: int) -> list[float]:
-    """Run `replay` in a new process of `checkout` (this one or another); return its timings."""
+    """Run `replay` in a new process of `checkout` (this one or another; this file runs there, with that checkout's
+    acn and bench.long_session, so a checkout from before this benchmark replays too); return its timings."""
     child = subprocess.run(
-        [sys.executable, "-m", "bench.assemble_replay", "--child", str(state), "--first", str(first), "--count",
+        [sys.executable, str(Path(__file__).resolve()), "--child", str(state), "--first", str(first), "--count",
          str(count), "--embedder", embedder], cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)},
         capture_output=True, text=True, check=True)
     timings: list[float] = json.loads(child.stdout.strip().splitlines()[-1])
