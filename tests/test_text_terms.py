@@ -3,6 +3,7 @@ makes of the whole text, and of each run segmented again."""
 
 from __future__ import annotations
 
+import random
 import re
 
 import jieba
@@ -75,3 +76,20 @@ def test_a_short_run_is_kept_and_a_long_one_is_not() -> None:
     short, long = "上次说的金额是", "我们" * CACHED_BLOCK_CHARS
     assert content_terms(f"第3001轮：{short} 931 元 {long}")
     assert _run_words_cached.holds(short) and not _run_words_cached.holds(long)
+
+
+def test_segmenting_a_text_says_every_byte_it_added_to_the_text_cache_its_runs_included() -> None:
+    # The start-up warmer (assembly/warm.py) segments texts until its share of the cache is used, by these counts: a
+    # run's entry left out, it overfilled the cache and pushed out the texts it had segmented first.
+    from acn.text.byte_cache import TEXT_CACHE
+    from acn.text.terms import segmented
+
+    rng = random.Random(47)
+    runs = ["".join(chr(rng.randint(0x4E00, 0x9FA5)) for _ in range(12)) for _ in range(3)]
+    text = f"第一轮：{runs[0]} 订单，{runs[1]}；{runs[2]}"  # no English word or number: their stems are kept apart
+    assert TEXT_CACHE.bytes + 100_000 < TEXT_CACHE.max_bytes  # nothing is evicted while it segments
+    before = TEXT_CACHE.bytes
+    added = segmented(text)
+    assert added == TEXT_CACHE.bytes - before and added > 0
+    assert all(_run_words_cached.holds(run) for run in runs)
+    assert segmented(text) == 0

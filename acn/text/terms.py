@@ -97,10 +97,16 @@ def _content_term_set(text: str) -> frozenset[str]:
 
 def segmented(text: str) -> int:
     """Compute and keep a text's content term set (content_term_set, what re-ranking reads of a stored text) unless
-    kept already; return about the bytes that added to the text cache (0 when it was kept)."""
+    kept already; return about the bytes that added to the text cache (0 when it was kept): the set's entry and the
+    entries of the short Chinese runs it segmented that no text had before (_run_words), so that a start-up pass
+    within its share of the cache stays there."""
     if _content_term_set.holds(text):
         return 0
-    return ENTRY_BYTES + text_bytes(text) + items_bytes(content_term_set(text))
+    runs = {run for run in _CJK_RUN.findall(text.lower()) if len(run) <= CACHED_BLOCK_CHARS}
+    new_runs = [run for run in runs if not _run_words_cached.holds(run)]
+    terms = content_term_set(text)
+    return ENTRY_BYTES + text_bytes(text) + items_bytes(terms) + sum(
+        ENTRY_BYTES + text_bytes(run) + items_bytes(_run_words_cached(run)) for run in new_runs)
 
 
 _INFLECTIONS = ("", "s", "ed", "ing", "er")
