@@ -7,6 +7,7 @@ tests change the store through every path between two reads and check the second
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from flask import Flask
@@ -14,6 +15,7 @@ from flask.testing import FlaskClient
 
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
+from acn.storage.database.lite.read_cache import SessionArchive
 from acn.storage.database.memory_rows import new_memory_id
 from acn.storage.repositories.memories import MemoryRepository
 from tests.conftest import post
@@ -94,3 +96,33 @@ def test_batch_dedup_sees_shared_memories_another_agent_wrote(client: FlaskClien
     again = write(client, ns, [{"kind": "knowledge", "content": "七天无理由退货不含定制商品", "scope": "shared"}])
     assert again[0]["action"] == "duplicate"
 
+
+
+class LookupsOnly(Mapping[str, Memory]):
+    """A session archive's messages by id that may be looked up but not gone over (that would cost the session)."""
+
+    def __init__(self, by_id: dict[str, Memory]) -> None:
+        self._by_id = by_id
+
+    def __getitem__(self, key: str) -> Memory:
+        return self._by_id[key]
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("went over every archived message of the session")
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+def test_the_ids_a_session_archive_lacks_are_found_by_lookups(app: Flask, ns: dict[str, str]) -> None:
+    # Issue 47: `set(ids) - by_id.keys()` went over every message of the session, at every assemble.
+    memories: MemoryRepository = app.extensions["acn"].memories
+    namespace = Namespace(**ns)
+    messages = [archived(namespace, turn, f"第{turn}轮", turn) for turn in range(1, 301)]
+    memories.save(DEFAULT_TENANT, messages)
+    asked = [messages[7].id, "absent-1", messages[250].id, "absent-2"]
+    assert memories.kept.absent_archive_ids(DEFAULT_TENANT, namespace, asked) == {"absent-1", "absent-2"}
+    archive = SessionArchive(messages)
+    archive.by_id = LookupsOnly(archive.by_id)  # type: ignore[assignment]
+    assert archive.absent(asked) == {"absent-1", "absent-2"}
+    assert archive.absent([]) == set()

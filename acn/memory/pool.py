@@ -107,7 +107,9 @@ class Pool:
     def prefetch(self, items: list[MemoryItem], floor: float) -> None:
         """Read in one query the full rows the batch will probably change (near-duplicates to update, keys to
         supersede), as they stand before the batch: `full` then finds them here instead of one query each."""
-        wanted = self.remember_nearest(items, floor) - self.pending.keys() - self.stored.keys()
+        # Looked up one by one: a set minus a dict's keys view goes over the whole dict (see SessionArchive.absent).
+        wanted = {id_ for id_ in self.remember_nearest(items, floor)
+                  if id_ not in self.pending and id_ not in self.stored}
         if len(wanted) > 1:  # one is read by `full` as cheaply
             self.stored.update((m.id, m) for m in self.memories.get_many(self.tenant, sorted(wanted))
                                if not m.valid_to)

@@ -308,7 +308,7 @@ class ReadCache(IndexLoads):
         if archive is None:
             return set()
         with self._lock:
-            return set(ids) - archive.by_id.keys()
+            return archive.absent(ids)
 
     def _session_archive(self, tenant: str, namespace: Namespace) -> SessionArchive | None:
         key = (tenant, namespace.agent_id, namespace.session_id)
@@ -362,6 +362,12 @@ class SessionArchive:
             self.by_turn.get(_turn_of(old), {}).pop(old.id, None)
         self.by_id[message.id] = message
         self.by_turn.setdefault(_turn_of(message), {})[message.id] = message
+
+    def absent(self, ids: Iterable[str]) -> set[str]:
+        """Return the ids among `ids` that no message here has, looking up each: `set(ids) - by_id.keys()` went
+        over every message of the session (a set minus a dict's keys view is worked out by the view, which copies the
+        set and discards each of its own keys from it), ~0.4 ms a turn at turn 3,000 (issue 47)."""
+        return {id_ for id_ in ids if id_ not in self.by_id}
 
     def of_turns(self, turns: Iterable[int]) -> list[Memory]:
         """Return the messages of the given turns."""
