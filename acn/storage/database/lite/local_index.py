@@ -272,9 +272,9 @@ class LocalIndex:
             scores *= np.frombuffer(self._mask(where), dtype=np.uint8)
             if distinct:
                 positive = np.flatnonzero(scores > 0)
-                top = distinct_top(positive, scores[positive], limit, self._text_ids)
+                top = distinct_top(positive, scores[positive], limit, self._text_ids, tied=True)
             else:
-                top = top_slots(scores, limit)
+                top = top_slots(scores, limit, tied=True)
             return list(zip(self._memories(top), scores[top].tolist(), strict=True))
 
     def search_dense(self, vector: list[float], where: Filter, limit: int, *,
