@@ -390,9 +390,9 @@ def freeze_imports() -> None:
     lines, rows), which at 700 lived through one or two young collections each call and were moved to the oldest
     generation. They piled up there until a full collection was due, and a full collection visits every long-lived
     object the process holds: at turn 3,000 of bench.long_session's chat 270 ms each, ~1.6 ms of CPU a turn
-    (issue 47; gc.callbacks in the production server). At 2,000 the same calls free their
-    objects by reference counting before a collection looks at them: young collections ~15 times fewer, no full one
-    in 320 turns at turn 3,000 (two in the 3,000 before), and what cycles a call leaves are still collected young.
+    (issue 47; gc.callbacks in the production server). At 2,000 the same calls free their objects by reference
+    counting before a collection looks at them: young collections ~15 times fewer, no full one in 320 turns at turn
+    3,000 (two in the 3,000 before), and what cycles a call leaves are still collected young.
     """
     gc.freeze()
     gc.set_threshold(YOUNG_OBJECTS, *gc.get_threshold()[1:])
