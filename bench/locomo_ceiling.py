@@ -56,7 +56,7 @@ def packed_evidence(lines: list[Line], positions: dict[str, int], question: str,
                     tokenizer: Tokenizer) -> int:
     """Return how many evidence lines fit when the whole budget (less the question) goes to them."""
     available = budget - tokenizer.count_message(Message(role="user", content=question))
-    items = memory_items([evidence_memory(line, positions[line.dia_id]) for line in lines], "en")
+    items = memory_items([evidence_memory(line, positions[line.dia_id]) for line in lines], "en", load_tokenizer())
     items.sort(key=lambda item: tokenizer.count(item.variants[0]))  # shortest first: the most lines that fit
     return len(fit_text_items(items, available, tokenizer).items)
 

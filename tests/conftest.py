@@ -22,6 +22,7 @@ from flask.testing import FlaskClient
 
 from acn.common.settings import Settings
 from acn.server import create_app
+from acn.text.tokens import Tokenizer, load_tokenizer
 
 pytest_plugins = ["tests.fake_llm"]
 
@@ -189,6 +190,18 @@ def lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(process, timeout=15)
+
+class CountingTokenizer(Tokenizer):
+    """The default tokenizer, saying which texts it was asked to count."""
+
+    def __init__(self) -> None:
+        base = load_tokenizer()
+        super().__init__(base.encoding, base.name)
+        self.asked: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.asked.append(text)
+        return super().count(text)
 
 
 def post(client: FlaskClient, node: str, body: dict[str, Any], **kwargs: Any) -> Any:

@@ -96,8 +96,8 @@ def test_items_after_shown_memories_are_those_made_with_them(rows: list[tuple[st
     # same items, ranks and groups as rendering the whole list and keeping the fill's part.
     memories = [_memory(number, content, kind, turn) for number, (content, kind, turn) in enumerate(rows)]
     shown, rest = memories[:split], memories[split:]
-    whole = [item for item in memory_items([*shown, *rest], language) if item.key not in {m.id for m in shown}]
-    assert memory_items(rest, language, shown=shown) == whole
+    whole = [item for item in memory_items([*shown, *rest], language, _TOKENIZER) if item.key not in {m.id for m in shown}]
+    assert memory_items(rest, language, _TOKENIZER, shown=shown) == whole
 
 
 _TOKENIZER = load_tokenizer()
@@ -122,9 +122,9 @@ def test_the_fill_fitted_without_its_lines_is_the_fit_with_them(rows: list[tuple
                 for number, (content, kind, turn) in enumerate(rows)]
     served, spare = memories[:split], memories[split:]
     fill = _fill(served, spare, language)
-    got = fill.fitted(memory_items(served, language), budget, lambda items, room: fit_text_items(items, room,
+    got = fill.fitted(memory_items(served, language, _TOKENIZER), budget, lambda items, room: fit_text_items(items, room,
                                                                                                   _TOKENIZER))
-    whole = fit_text_items([*memory_items(served, language), *_fill(served, spare, language).items], budget,
+    whole = fit_text_items([*memory_items(served, language, _TOKENIZER), *_fill(served, spare, language).items], budget,
                            _TOKENIZER)
     assert [(item.key, item.chosen) for item in got.items] == [(item.key, item.chosen) for item in whole.items]
     assert got.tokens == whole.tokens
@@ -137,13 +137,13 @@ def test_a_full_context_does_not_render_its_fill() -> None:
     served = [_memory(n, f"{_TEXTS[1]} 第{n}次", "turn", n) for n in range(1, 4)]
     spare = [_memory(n, f"{_TEXTS[5]} 第{n}次", "fact", n) for n in range(10, 60)]  # a line without a header
     fill = _fill(served, spare, "zh")
-    items = memory_items(served, "zh")
-    alone = fit_text_items(memory_items(served, "zh"), 10_000, _TOKENIZER)
+    items = memory_items(served, "zh", _TOKENIZER)
+    alone = fit_text_items(memory_items(served, "zh", _TOKENIZER), 10_000, _TOKENIZER)
     # The room left after the served lines is one token short of the cheapest fill line: nothing is rendered.
     tight = alone.used + fill.cheapest - 1
     assert fill.fitted(items, tight, lambda i, room: fit_text_items(i, room, _TOKENIZER)).items == alone.items
     assert "items" not in vars(fill)  # the fill's lines were never made
     # One token more and the cheapest line fits: the lines are made and one is kept.
-    roomy = fill.fitted(memory_items(served, "zh"), tight + 1, lambda i, room: fit_text_items(i, room, _TOKENIZER))
+    roomy = fill.fitted(memory_items(served, "zh", _TOKENIZER), tight + 1, lambda i, room: fit_text_items(i, room, _TOKENIZER))
     assert "items" in vars(fill)
     assert len(roomy.items) == len(alone.items) + 1

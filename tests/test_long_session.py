@@ -12,7 +12,7 @@ from acn.compaction.rollup import MIN_OLDEST_TOKENS, TRIM_MARGIN, TRIM_SLACK, ro
 from acn.compaction.segment_lines import finish_segment
 from acn.text.tokens import load_tokenizer
 from bench.long_session import PHONE, PHONE_QUESTION, PHONE_TURN, answer_message, user_message
-from tests.conftest import post
+from tests.conftest import CountingTokenizer, post
 
 WINDOW = 2000  # a small window, so that the cap (summary_cap of 0.4 × 2,000) is reached within a few dozen turns
 CAP = summary_cap(0.4 * WINDOW)
@@ -127,6 +127,18 @@ def test_a_trim_never_empties_the_segment_when_its_estimate_overshoots() -> None
         trimmed = trim_segment(big, allowance, tokenizer=TOKENIZER, language="zh")
         assert allowance - 100 <= trimmed.tokens <= allowance, allowance
         assert trimmed.decisions == big.decisions
+
+
+def test_a_trim_counts_each_line_once_whatever_budgets_it_tries() -> None:
+    """A trim tries up to ~14 budgets over the same lines (an estimate, its corrections, a bisection): each line is
+    counted once, not once a try, since the tokenizer's own cache is shared with every other session's lines."""
+    big = long_chat_segment()
+    tokenizer = CountingTokenizer()
+    trimmed = trim_segment(big, big.tokens - 200, tokenizer=tokenizer, language="zh")
+    assert trimmed == trim_segment(big, big.tokens - 200, tokenizer=TOKENIZER, language="zh")
+    lines = {*big.facts, *big.done, *(f"{label}={value}" for label, value in big.key_numbers.items())}
+    counted = [text for text in tokenizer.asked if text in lines]
+    assert counted and len(counted) == len(set(counted))
 
 
 def test_roll_up_touches_only_archived_turns_and_only_past_the_cap() -> None:

@@ -22,7 +22,7 @@ def message(turn: int, content: str, date: str) -> Memory:
 
 def test_only_the_first_day_header_says_from_memory_and_the_fit_counts_the_short_ones() -> None:
     tokenizer = load_tokenizer()
-    items = memory_items([message(turn, text, date) for turn, (date, text) in enumerate(DAYS, 1)], "zh")
+    items = memory_items([message(turn, text, date) for turn, (date, text) in enumerate(DAYS, 1)], "zh", tokenizer)
     expected = ["[来自记忆 · 2024-03-01]", "用户: 周一去菜市场买了两斤橙子",
                 "[03-02]", "用户: 周二晚上跑步五公里",
                 "[03-03]", "用户: 周三看了一场电影"]
@@ -37,7 +37,7 @@ def test_a_later_day_header_says_its_year_only_where_the_year_changes() -> None:
     tokenizer = load_tokenizer()
     days = [("2024-12-30", "年底盘点库存"), ("2024-12-31", "跨年夜吃了火锅"), ("2025-01-01", "元旦去爬山"),
             ("2025-01-02", "新年第一天上班")]
-    items = memory_items([message(turn, text, date) for turn, (date, text) in enumerate(days, 1)], "zh")
+    items = memory_items([message(turn, text, date) for turn, (date, text) in enumerate(days, 1)], "zh", tokenizer)
     fitted = fit_text_items(items, 500, tokenizer)
     assert [line for line in layer_lines(fitted.items) if line.startswith("[")] == [
         "[来自记忆 · 2024-12-30]", "[12-31]", "[2025-01-01]", "[01-02]"]

@@ -26,7 +26,7 @@ def message(turn: int, content: str, date: str | None, name: str = "Ann") -> Mem
 
 def test_messages_of_one_day_share_one_header() -> None:
     items = memory_items([message(3, "third", "8 May, 2023"), message(1, "first", "8 May, 2023"),
-                          message(9, "later", "20 May, 2023")], "en")
+                          message(9, "later", "20 May, 2023")], "en", load_tokenizer())
     fitted = fit_text_items(items, 500, load_tokenizer())
     lines = layer_lines(fitted.items)
     assert lines[1:3] == ["Ann: first", "Ann: third"] and lines[4] == "Ann: later"
@@ -36,7 +36,7 @@ def test_messages_of_one_day_share_one_header() -> None:
 
 
 def test_undated_messages_keep_their_own_tag() -> None:
-    items = memory_items([message(1, "first", None), message(2, "second", None)], "en")
+    items = memory_items([message(1, "first", None), message(2, "second", None)], "en", load_tokenizer())
     assert all(not item.group for item in items)
     assert all(item.variants[0].startswith("[from memory · turn") for item in items)
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import gc
 import operator
 
+from acn.assembly.layers import memory_items
 from acn.common.models import Memory
 from acn.common.row_memo import MEMO, Memo, kept_names, remembered
 from acn.common.stored import memory_problem
-from acn.memory.lines import memory_line
+from acn.memory.lines import memory_line, memory_line_cost
 from acn.retrieval.hybrid_rank import memory_terms
 from acn.text.terms import content_term_set
+from acn.text.tokens import load_tokenizer
+from tests.conftest import CountingTokenizer
 
 
 def message(content: str = "我的收货电话改成 13957614382", **meta: object) -> Memory:
@@ -32,6 +35,26 @@ def test_a_line_is_made_again_when_a_field_it_reads_changes() -> None:
     assert "13800000000" in memory_line(memory, "zh")[0]
     assert memory_line(memory, "en") == memory_line(message("我的收货电话改成 13800000000", time="2024-05-01",
                                                             name="王先生"), "en")
+
+
+def test_a_lines_cost_is_counted_once_per_object_and_again_when_the_line_changes() -> None:
+    """A memory line's tokens are kept with the memory (no process-wide cache other sessions' lines fill): the
+    items of a second assemble over the same rows count nothing, and a changed line is counted afresh."""
+    tokenizer = CountingTokenizer()
+    memories = [message(), message("订单号 33622 的金额是 931 元", time="2024-05-01")]
+    memories[1].id = "m2"
+    items = memory_items(memories, "zh", tokenizer)
+    lines = [memory_line(memory, "zh")[0] for memory in memories]
+    assert [item.costs for item in items] == [[load_tokenizer().count(line) + 1] for line in lines]
+    assert sorted(tokenizer.asked) == sorted(lines)
+    tokenizer.asked.clear()
+    assert memory_items(memories, "zh", tokenizer) == items and tokenizer.asked == []
+    memories[0].content = "我的收货电话改成 13800000000"
+    changed = memory_line(memories[0], "zh")[0]
+    assert memory_line_cost(memories[0], "zh", tokenizer) == load_tokenizer().count(changed) + 1
+    assert tokenizer.asked == [changed]
+    english = memory_line(memories[0], "en")[0]
+    assert memory_line_cost(memories[0], "en", tokenizer) == load_tokenizer().count(english) + 1
 
 
 def test_terms_and_checks_follow_the_content_and_stamps() -> None:

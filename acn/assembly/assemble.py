@@ -126,8 +126,8 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
                      and m.session_id == request.session_id)]  # an earlier conversation's turn 1 is not this one's
     found, unreadable = readable_candidates(found)
     served, stale_memories = current_memories(found, stale)
-    memory = memory_items(served, language) if request.memories is None else note_items(request.memories, language,
-                                                                                          kind="memory")
+    memory = memory_items(served, language, deps.tokenizer) if request.memories is None else \
+        note_items(request.memories, language, kind="memory")
     memory += note_items(request.knowledge or [], language, kind="knowledge")
     withheld = [Dropped(layer="memory", id=m.id, kind=m.kind, reason="states a value superseded later",
                         tokens=deps.tokenizer.count(m.content)) for m in stale_memories]

@@ -23,7 +23,7 @@ from acn.assembly.fit import Fitted, Item
 from acn.assembly.layers import memory_items
 from acn.assembly.recall import message_order, readable
 from acn.common.models import Memory, Message, Namespace
-from acn.memory.lines import memory_line
+from acn.memory.lines import memory_line_cost
 from acn.services.deps import Deps
 from acn.text.similarity import normalise
 from acn.text.tokens import Tokenizer
@@ -75,14 +75,14 @@ class Fill:
         """The fill's items, ranked after the served ones, so a text they already show is not repeated; the
         served ones' lines are not made again (they were: a second rendering of ~100 lines a call, issue 47)."""
         known = {m.id for m in self._served}
-        return [item for item in memory_items(self.memories, self._language, shown=self._served)
+        return [item for item in memory_items(self.memories, self._language, self._tokenizer, shown=self._served)
                 if item.key not in known]
 
     @cached_property
     def cheapest(self) -> int:
         """At most what the fill's cheapest line costs: every item's one variant is its memory's line (memory_items),
         counted with its newline as the fit counts it; a group header only adds to that."""
-        return min((self._tokenizer.count(memory_line(m, self._language)[0]) + 1 for m in self.memories), default=0)
+        return min((memory_line_cost(m, self._language, self._tokenizer) for m in self.memories), default=0)
 
     def fitted(self, items: list[Item], budget: int, fit: Callable[[list[Item], int], Fitted],
                keep: Callable[[Item], bool] = lambda item: True) -> Fitted:

@@ -11,11 +11,13 @@ from acn.assembly.recall import message_order
 from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Segment
 from acn.compaction.segment_lines import brief_segment
-from acn.memory.lines import KNOWLEDGE_TAG, UNDATED_TAG, memory_line, short_header
+from acn.memory.lines import KNOWLEDGE_TAG, UNDATED_TAG, memory_line, memory_line_cost, short_header
 from acn.text.similarity import normalise, shingles
+from acn.text.tokens import Tokenizer
 
 
-def memory_items(memories: list[Memory], language: str, *, shown: list[Memory] | None = None) -> list[Item]:
+def memory_items(memories: list[Memory], language: str, tokenizer: Tokenizer, *,
+                 shown: list[Memory] | None = None) -> list[Item]:
     """Return one tagged line per memory, in the given (ranked) order; repeated texts appear once.
 
     Dated archived messages carry their tag as a group header: a run of messages from the same day is shown
@@ -38,7 +40,8 @@ def memory_items(memories: list[Memory], language: str, *, shown: list[Memory] |
         order = (1, *message_order(memory)) if memory.kind == "turn" else (0, rank, 0, 0)
         line, header = memory_line(memory, language)
         items.append(Item(key=memory.id, variants=[line], order=order, source=source, group=header,
-                          short_group=short_header(header, language), text=memory.content))
+                          short_group=short_header(header, language), text=memory.content,
+                          costs=[memory_line_cost(memory, language, tokenizer)]))
     return items
 
 

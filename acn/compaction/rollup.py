@@ -12,6 +12,8 @@ copy). Every line of a rolled-up segment is one of its own: nothing is rewritten
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from acn.common.models import Decision, Segment
 from acn.compaction.merge import merge_group
 from acn.compaction.segment_lines import finish_segment
@@ -74,9 +76,9 @@ def roll_up(segments: list[Segment], cap: int, archived_turn: int, *, tokenizer:
 
 def trim_segment(segment: Segment, allowance: int, *, tokenizer: Tokenizer, language: str) -> Segment:
     """Return the segment with its oldest lines left out until its rendered text fits in allowance tokens."""
-    budget = allowance
+    budget, count = allowance, line_counter(tokenizer)
     for _attempt in range(4):
-        trimmed = _finish(_kept_lines(segment, budget, tokenizer), language, tokenizer)
+        trimmed = _finish(_kept_lines(segment, budget, count), language, tokenizer)
         if trimmed.tokens <= allowance:
             return trimmed
         over, budget = budget, budget - (trimmed.tokens - allowance)  # the estimate was short: ask for that less
@@ -84,10 +86,10 @@ def trim_segment(segment: Segment, allowance: int, *, tokenizer: Tokenizer, lang
     # quoted are shown again (render_segment shows a number no statement holds), so the correction can overshoot
     # every time. It used to fall back to a budget of 0 (the goal alone: the whole state but its header lost, on 22
     # of 400 allowances tried below a 3,157-token segment of the long chat). A bisection finds a budget that fits.
-    fits, best = 0, _finish(_kept_lines(segment, 0, tokenizer), language, tokenizer)
+    fits, best = 0, _finish(_kept_lines(segment, 0, count), language, tokenizer)
     while over - fits > 1:
         middle = (fits + over) // 2
-        trimmed = _finish(_kept_lines(segment, middle, tokenizer), language, tokenizer)
+        trimmed = _finish(_kept_lines(segment, middle, count), language, tokenizer)
         if trimmed.tokens <= allowance:
             fits, best = middle, trimmed
         else:
@@ -95,16 +97,31 @@ def trim_segment(segment: Segment, allowance: int, *, tokenizer: Tokenizer, lang
     return best
 
 
-def _kept_lines(segment: Segment, budget: int, tokenizer: Tokenizer) -> Segment:
+def line_counter(tokenizer: Tokenizer) -> Callable[[str], int]:
+    """Return a count of tokens that counts each line once: a trim tries up to ~14 budgets over the same lines.
+
+    The tokenizer's own cache is the whole process's: with 32 chats at once other sessions' lines had pushed these
+    out by the next trim, and every try counted them again (~78 counts a turn at turn 250, issue 47)."""
+    counts: dict[str, int] = {}
+
+    def count(line: str) -> int:
+        known = counts.get(line)
+        if known is None:
+            known = counts[line] = tokenizer.count(line)
+        return known
+    return count
+
+
+def _kept_lines(segment: Segment, budget: int, count: Callable[[str], int]) -> Segment:
     """Return the segment keeping, field by field in ORDER, the newest lines whose estimated cost fits budget."""
-    used = tokenizer.count(segment.goal) + 2 * FIELD_OVERHEAD  # the header and the goal
+    used = count(segment.goal) + 2 * FIELD_OVERHEAD  # the header and the goal
     update: dict[str, object] = {}
     for name in ORDER:
         lines = _lines(segment, name)
         kept: list[int] = []
         cost = FIELD_OVERHEAD
         for index in range(len(lines) - 1, -1, -1):
-            line_cost = tokenizer.count(lines[index]) + ITEM_OVERHEAD
+            line_cost = count(lines[index]) + ITEM_OVERHEAD
             if used + cost + line_cost > budget:
                 break  # newest first: an older line never takes the place of a newer one
             cost += line_cost

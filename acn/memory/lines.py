@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from acn.common.models import Memory
 from acn.common.row_memo import remembered
 from acn.text.dates import normalise_date
+from acn.text.tokens import Tokenizer
 
 KIND_LABELS_ZH = {
     "identity": "身份", "preference": "偏好", "constraint": "约束", "decision": "决策", "fact": "事实",
@@ -95,6 +96,16 @@ def memory_line(memory: Memory, language: str) -> tuple[str, str]:
     key = (memory.kind, memory.content, memory.turn_range, bool(memory.valid_to), memory.scope, memory.created_at,
            meta.get("time"), meta.get("date"), meta.get("name"), meta.get("role"))
     return remembered(memory, f"line:{language}", key, operator.eq, lambda: _render_line(memory, language))
+
+
+def memory_line_cost(memory: Memory, language: str, tokenizer: Tokenizer) -> int:
+    """Return what a memory's line costs in a layer: its tokens and its newline (acn/assembly/fit.py variant_costs).
+
+    Kept with the memory object like its line: the counts were a process-wide cache's, and with 32 chats at once
+    their lines pushed each other out of it (~100 of a call's ~110 lines counted again at turn 250, issue 47)."""
+    line = memory_line(memory, language)[0]
+    return remembered(memory, f"cost:{language}:{tokenizer.name}", line, operator.eq,
+                      lambda: tokenizer.count(line) + 1)
 
 
 def _render_line(memory: Memory, language: str) -> tuple[str, str]:
