@@ -41,7 +41,7 @@ def memory_items(memories: list[Memory], language: str, tokenizer: Tokenizer, *,
         line, header = memory_line(memory, language)
         items.append(Item(key=memory.id, variants=[line], order=order, source=source, group=header,
                           short_group=short_header(header, language), text=memory.content,
-                          costs=[memory_line_cost(memory, language, tokenizer)]))
+                          costs=[memory_line_cost(memory, language, tokenizer, line)]))
     return items
 
 

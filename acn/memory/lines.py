@@ -98,12 +98,14 @@ def memory_line(memory: Memory, language: str) -> tuple[str, str]:
     return remembered(memory, f"line:{language}", key, operator.eq, lambda: _render_line(memory, language))
 
 
-def memory_line_cost(memory: Memory, language: str, tokenizer: Tokenizer) -> int:
-    """Return what a memory's line costs in a layer: its tokens and its newline (acn/assembly/fit.py variant_costs).
+def memory_line_cost(memory: Memory, language: str, tokenizer: Tokenizer, line: str | None = None) -> int:
+    """Return what a memory's line costs in a layer: its tokens and its newline (acn/assembly/fit.py variant_costs);
+    `line`: its memory_line, when the caller has it already.
 
     Kept with the memory object like its line: the counts were a process-wide cache's, and with 32 chats at once
     their lines pushed each other out of it (~100 of a call's ~110 lines counted again at turn 250, issue 47)."""
-    line = memory_line(memory, language)[0]
+    if line is None:
+        line = memory_line(memory, language)[0]
     return remembered(memory, f"cost:{language}:{tokenizer.name}", line, operator.eq,
                       lambda: tokenizer.count(line) + 1)
 
