@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -20,8 +21,8 @@ from flask.testing import FlaskClient
 from acn.common.auth import DEFAULT_TENANT
 from acn.common.models import Memory, Namespace
 from acn.storage.database.base import CollectionSpec, Filter
-from acn.storage.database.lite.index_rows import stored_row
-from acn.storage.database.lite.local_index import LocalIndex
+from acn.storage.database.lite.index_rows import bm25_scores, stored_row
+from acn.storage.database.lite.local_index import K1, B, LocalIndex
 from acn.storage.database.lite.predicate import UnsupportedFilter, predicate
 from acn.storage.database.memory_rows import (
     client_id,
@@ -147,6 +148,26 @@ def test_bm25_ranks_as_the_store_does(tmp_path: Path) -> None:
         assert overlap / len(questions) >= 0.9
     finally:
         store.close()
+
+
+def test_bm25_scores_add_each_terms_share_as_the_per_term_passes_did_to_the_bit() -> None:
+    # bm25_scores sums every term's entries in one bincount; the index used to add one term at a time
+    # (`scores[slots] += ...`). Random postings (a slot at most once per term, as _post writes them), repeated
+    # query terms, slots no term matches: every score equals the per-term sum exactly, not just closely.
+    rng = np.random.default_rng(47)
+    for _ in range(50):
+        count = int(rng.integers(1, 3000))
+        norm = K1 * (1 - B + B * rng.integers(1, 60, count) / rng.uniform(5, 40))
+        postings = []
+        for _ in range(int(rng.integers(0, 12))):
+            slots = rng.choice(count, size=int(rng.integers(1, count + 1)), replace=False).astype(np.int32)
+            tfs = rng.integers(1, 6, len(slots)).astype(np.int32)
+            postings.append((np.column_stack((slots, tfs)).ravel(), float(rng.integers(1, 3)) * rng.uniform(0.01, 9)))
+        expected = np.zeros(count, dtype=np.float64)
+        for posting, idf in postings:
+            slots, tfs = posting[0::2], posting[1::2].astype(np.float64)
+            expected[slots] += idf * tfs * (K1 + 1) / (tfs + norm[slots])
+        assert bm25_scores(postings, count, norm, K1).tobytes() == expected.tobytes()
 
 
 def test_dense_search_is_cosine_over_the_filtered_rows() -> None:

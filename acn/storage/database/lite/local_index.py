@@ -40,6 +40,7 @@ from acn.storage.database.lite.index_rows import (
     ROW_FIELDS,
     VALID_TO,
     Row,
+    bm25_scores,
     by_id,
     distinct_top,
     place_of,
@@ -259,16 +260,12 @@ class LocalIndex:
                 return []
             count = len(self._rows)
             norm = K1 * (1 - B + B * self._lengths[:count] / (self._total_length / count or 1.0))
-            scores = np.zeros(count, dtype=np.float64)
-            for term, repeats in query.items():
-                posting = self._postings.get(term)
-                if not posting:
-                    continue
-                pairs = np.frombuffer(posting, dtype=np.int32).reshape(-1, 2)
-                slots, tfs = pairs[:, 0], pairs[:, 1].astype(np.float64)
-                idf = repeats * math.log(1 + (count - len(slots) + 0.5) / (len(slots) + 0.5))
-                scores[slots] += idf * tfs * (K1 + 1) / (tfs + norm[slots])
-                del pairs, slots  # the posting's buffer is released: a later write may grow it
+            matched = [(np.frombuffer(posting, dtype=np.int32), repeats) for term, repeats in query.items()
+                       if (posting := self._postings.get(term))]
+            scores = bm25_scores([(posting, repeats * math.log(1 + (count - len(posting) // 2 + 0.5) /
+                                                               (len(posting) // 2 + 0.5)))
+                                  for posting, repeats in matched], count, norm, K1)
+            del matched  # the postings' buffers are released: a later write may grow them
             scores *= np.frombuffer(self._mask(where), dtype=np.uint8)
             if distinct:
                 positive = np.flatnonzero(scores > 0)
