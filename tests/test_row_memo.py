@@ -10,8 +10,9 @@ from acn.assembly.layers import memory_items
 from acn.common.models import Memory
 from acn.common.row_memo import MEMO, Memo, kept_names, remembered
 from acn.common.stored import memory_problem
-from acn.memory.lines import memory_line, memory_line_cost
+from acn.memory.lines import memory_line, memory_line_cost, memory_line_parts
 from acn.retrieval.hybrid_rank import memory_terms
+from acn.text.similarity import normalise
 from acn.text.terms import content_term_set
 from acn.text.tokens import load_tokenizer
 from tests.conftest import CountingTokenizer
@@ -55,6 +56,12 @@ def test_a_lines_cost_is_counted_once_per_object_and_again_when_the_line_changes
     assert tokenizer.asked == [changed]
     english = memory_line(memories[0], "en")[0]
     assert memory_line_cost(memories[0], "en", tokenizer) == load_tokenizer().count(english) + 1
+    # The other parts kept with the count follow the same fields: the folded text the layer dedupes by, the header.
+    parts = memory_line_parts(memories[0], "zh", tokenizer)
+    assert parts.folded == normalise("我的收货电话改成 13800000000") and parts.line == changed
+    memories[0].meta = {**memories[0].meta, "time": "2024-06-02"}
+    moved = memory_line_parts(memories[0], "zh", tokenizer)
+    assert moved.header != parts.header and "2024-06-02" in moved.header and moved.short_header == "[2024-06-02]"
 
 
 def test_terms_and_checks_follow_the_content_and_stamps() -> None:

@@ -11,7 +11,7 @@ from acn.assembly.recall import message_order
 from acn.common.conversation import group_turns
 from acn.common.models import Memory, Message, Segment
 from acn.compaction.segment_lines import brief_segment
-from acn.memory.lines import KNOWLEDGE_TAG, UNDATED_TAG, memory_line, memory_line_cost, short_header
+from acn.memory.lines import KNOWLEDGE_TAG, UNDATED_TAG, memory_line_parts
 from acn.text.similarity import normalise, shingles
 from acn.text.tokens import Tokenizer
 
@@ -28,20 +28,18 @@ def memory_items(memories: list[Memory], language: str, tokenizer: Tokenizer, *,
     them, without rendering the shown ones again.
     """
     items: list[Item] = []
-    seen = {normalise(memory.content) for memory in shown or []}
+    seen = {memory_line_parts(memory, language, tokenizer).folded for memory in shown or []}
     for rank, memory in enumerate(memories, start=len(shown or [])):
-        text = normalise(memory.content)
-        if text in seen:
+        parts = memory_line_parts(memory, language, tokenizer)
+        if parts.folded in seen:
             continue
-        seen.add(text)
+        seen.add(parts.folded)
         source = {"id": memory.id, "kind": memory.kind, "layer": "memory", "turn_range": memory.turn_range,
                   "meta": memory.meta}
         # Facts first in rank order, then archived messages in conversation order (easier to follow).
         order = (1, *message_order(memory)) if memory.kind == "turn" else (0, rank, 0, 0)
-        line, header = memory_line(memory, language)
-        items.append(Item(key=memory.id, variants=[line], order=order, source=source, group=header,
-                          short_group=short_header(header, language), text=memory.content,
-                          costs=[memory_line_cost(memory, language, tokenizer, line)]))
+        items.append(Item(key=memory.id, variants=[parts.line], order=order, source=source, group=parts.header,
+                          short_group=parts.short_header, text=memory.content, costs=[parts.cost]))
     return items
 
 

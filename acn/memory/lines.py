@@ -9,10 +9,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from acn.common.models import Memory
 from acn.common.row_memo import remembered
 from acn.text.dates import normalise_date
+from acn.text.similarity import normalise
 from acn.text.tokens import Tokenizer
 
 KIND_LABELS_ZH = {
@@ -84,6 +86,18 @@ def render_memory(memory: Memory, language: str) -> str:
     return f"{source_tag(memory, language)} {speaker + ': ' if speaker else ''}{memory.content}"
 
 
+class LineParts(NamedTuple):
+    """What the memory layer makes of a memory: its line, its group header in full and short (short_header), what
+    the line costs in a layer (its tokens and its newline, as acn/assembly/fit.py variant_costs counts it), and its
+    folded content (text.similarity.normalise: the layer shows a text once)."""
+
+    line: str
+    header: str
+    short_header: str
+    cost: int
+    folded: str
+
+
 def memory_line(memory: Memory, language: str) -> tuple[str, str]:
     """Return a memory's line and its group header ("" when the line carries its own tag).
 
@@ -92,22 +106,37 @@ def memory_line(memory: Memory, language: str) -> tuple[str, str]:
     what it was made of (source_tag and speaker_label read no other field): another session's rows never push it
     out, and a changed field makes it again.
     """
+    return remembered(memory, f"line:{language}", _line_key(memory), operator.eq,
+                      lambda: _render_line(memory, language))
+
+
+def memory_line_parts(memory: Memory, language: str, tokenizer: Tokenizer) -> LineParts:
+    """Return the memory's LineParts, kept with the memory object like its line (made of the same fields).
+
+    One lookup for all of them: memory_items reads each of them for each of a call's ~120 candidates, and four
+    lookups (the line, its count, the folded text, the short header made again) were ~3 us a candidate more (issue
+    47). The count was a process-wide cache's before, and with 32 chats at once their lines pushed each other out
+    of it (~100 of a call's ~110 lines counted again at turn 250)."""
+    return remembered(memory, f"parts:{language}:{tokenizer.name}", _line_key(memory), operator.eq,
+                      lambda: _line_parts(memory, language, tokenizer))
+
+
+def memory_line_cost(memory: Memory, language: str, tokenizer: Tokenizer) -> int:
+    """Return what a memory's line costs in a layer: its tokens and its newline (see LineParts)."""
+    return memory_line_parts(memory, language, tokenizer).cost
+
+
+def _line_key(memory: Memory) -> tuple[object, ...]:
+    """Return every field a memory's line is made of (source_tag, speaker_label and the content read no other)."""
     meta = memory.meta
-    key = (memory.kind, memory.content, memory.turn_range, bool(memory.valid_to), memory.scope, memory.created_at,
-           meta.get("time"), meta.get("date"), meta.get("name"), meta.get("role"))
-    return remembered(memory, f"line:{language}", key, operator.eq, lambda: _render_line(memory, language))
+    return (memory.kind, memory.content, memory.turn_range, bool(memory.valid_to), memory.scope, memory.created_at,
+            meta.get("time"), meta.get("date"), meta.get("name"), meta.get("role"))
 
 
-def memory_line_cost(memory: Memory, language: str, tokenizer: Tokenizer, line: str | None = None) -> int:
-    """Return what a memory's line costs in a layer: its tokens and its newline (acn/assembly/fit.py variant_costs);
-    `line`: its memory_line, when the caller has it already.
-
-    Kept with the memory object like its line: the counts were a process-wide cache's, and with 32 chats at once
-    their lines pushed each other out of it (~100 of a call's ~110 lines counted again at turn 250, issue 47)."""
-    if line is None:
-        line = memory_line(memory, language)[0]
-    return remembered(memory, f"cost:{language}:{tokenizer.name}", line, operator.eq,
-                      lambda: tokenizer.count(line) + 1)
+def _line_parts(memory: Memory, language: str, tokenizer: Tokenizer) -> LineParts:
+    line, header = _render_line(memory, language)
+    return LineParts(line, header, short_header(header, language), tokenizer.count(line) + 1,
+                     normalise(memory.content))
 
 
 def _render_line(memory: Memory, language: str) -> tuple[str, str]:
