@@ -134,7 +134,7 @@ def _line_key(memory: Memory) -> tuple[object, ...]:
 
 
 def _line_parts(memory: Memory, language: str, tokenizer: Tokenizer) -> LineParts:
-    line, header = _render_line(memory, language)
+    line, header = memory_line(memory, language)
     return LineParts(line, header, short_header(header, language), tokenizer.count(line) + 1,
                      normalise(memory.content))
 
