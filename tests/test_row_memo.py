@@ -10,7 +10,7 @@ from acn.assembly.layers import memory_items
 from acn.common.models import Memory
 from acn.common.row_memo import MEMO, Memo, kept_names, remembered
 from acn.common.stored import memory_problem
-from acn.memory.lines import memory_line, memory_line_cost, memory_line_parts
+from acn.memory.lines import folded_content, memory_line, memory_line_cost, memory_line_parts
 from acn.retrieval.hybrid_rank import memory_terms
 from acn.text.similarity import normalise
 from acn.text.terms import content_term_set
@@ -62,6 +62,15 @@ def test_a_lines_cost_is_counted_once_per_object_and_again_when_the_line_changes
     memories[0].meta = {**memories[0].meta, "time": "2024-06-02"}
     moved = memory_line_parts(memories[0], "zh", tokenizer)
     assert moved.header != parts.header and "2024-06-02" in moved.header and moved.short_header == "[2024-06-02]"
+
+
+def test_a_folded_content_is_kept_and_follows_the_content() -> None:
+    memory = message("订单号 33622，金额：931 元！")
+    assert folded_content(memory) == normalise(memory.content) == "订单号33622金额931元"
+    assert kept_names(memory) == ["folded"]
+    memory.content = "改成 200 元。"
+    assert folded_content(memory) == "改成200元"
+    assert memory_line_parts(memory, "zh", load_tokenizer()).folded == "改成200元"
 
 
 def test_terms_and_checks_follow_the_content_and_stamps() -> None:

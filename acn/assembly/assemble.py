@@ -116,7 +116,7 @@ def layer_candidates(request: AssembleRequest, deps: Deps, state: SessionState, 
                         source={"id": "working_summary", "kind": "summary", "layer": "working"})] if text else []
     else:
         working = segment_items(current_segments(state.segments, stale, language), request.user_input, language,
-                                brief_only=mode == "streaming")
+                                deps.tokenizer, brief_only=mode == "streaming")
     recent = turn_items(history)
     shown = {item.source["turn_range"][0] for item in surely_kept(recent, history_share, deps.tokenizer)
              if item.source}

@@ -81,35 +81,42 @@ def current_segment(segment: Segment, stale: set[str]) -> Segment:
 def current_segments(segments: list[Segment], stale: set[str], language: str) -> list[Segment]:
     """Return every segment in its current view, re-rendered (carried goal/constraints shown once).
 
-    A session's segments change only when it compacts, and every assemble asks again: views are remembered
-    by the segments' ids and texts, the superseded values and the language (do not modify what is returned).
+    Every assemble asks again, and a session's segments change only when it compacts: once a session's history
+    is over the trigger that is every turn, but only at its end (the newest segment grows or a new one is cut; the
+    oldest changes when the roll-up trims it, about one turn in two). So each segment's view is remembered by what
+    it is worked out from: its own id and text, those of the segments before it (their goal and constraints are
+    what it inherits), the superseded values and the language (do not modify what is returned). Remembered by the
+    whole list instead, the ~3,700-character rolled-up segment was rendered again on every turn of a long session
+    (issue 47: 2.3 ms a turn in the profile of 32 chats at turns 201-250).
     """
-    key = (tuple((s.id, s.text) for s in segments), frozenset(stale), language)
-    with _VIEWS_LOCK:
-        cached = _VIEWS.get(key)
-        if cached is not None:
-            _VIEWS.move_to_end(key)
-            return cached
-    rendered = _current_segments(segments, stale, language)
-    with _VIEWS_LOCK:
-        _VIEWS[key] = rendered
-        while len(_VIEWS) > CACHED_SEGMENT_VIEWS:
-            _VIEWS.popitem(last=False)
+    values = frozenset(stale)
+    views: list[Segment] = []  # the current views (not rendered): what the later segments inherit
+    rendered: list[Segment] = []
+    prefix: tuple[Hashable, ...] = (values, language)
+    for segment in segments:
+        prefix = (prefix, segment.id, segment.text)
+        with _VIEWS_LOCK:
+            cached = _VIEWS.get(prefix)
+            if cached is not None:
+                _VIEWS.move_to_end(prefix)
+        if cached is None:
+            view = current_segment(segment, stale)
+            inherited = working_state(views) if views else None
+            cached = (view, view.model_copy(update={"text": render_segment(view, language, inherited)}))
+            with _VIEWS_LOCK:
+                _VIEWS[prefix] = cached
+                while len(_VIEWS) > CACHED_SEGMENT_VIEWS:
+                    _VIEWS.popitem(last=False)
+        views.append(cached[0])
+        rendered.append(cached[1])
     return rendered
 
 
-CACHED_SEGMENT_VIEWS = 256
-_VIEWS: OrderedDict[Hashable, list[Segment]] = OrderedDict()
+# Segment views kept (each under the key of its segment and those before it): 32 sessions of 5 segments each,
+# with the entries the segments they replaced left, fit many times over.
+CACHED_SEGMENT_VIEWS = 1024
+_VIEWS: OrderedDict[Hashable, tuple[Segment, Segment]] = OrderedDict()
 _VIEWS_LOCK = threading.Lock()
-
-
-def _current_segments(segments: list[Segment], stale: set[str], language: str) -> list[Segment]:
-    views = [current_segment(s, stale) for s in segments]
-    rendered = []
-    for index, view in enumerate(views):
-        inherited = working_state(views[:index]) if index else None
-        rendered.append(view.model_copy(update={"text": render_segment(view, language, inherited)}))
-    return rendered
 
 
 def current_memories(found: list[Memory], stale: set[str]) -> tuple[list[Memory], list[Memory]]:

@@ -23,9 +23,8 @@ from acn.assembly.fit import Fitted, Item
 from acn.assembly.layers import memory_items
 from acn.assembly.recall import message_order, readable
 from acn.common.models import Memory, Message, Namespace
-from acn.memory.lines import memory_line_cost
+from acn.memory.lines import folded_content, memory_line_cost
 from acn.services.deps import Deps
-from acn.text.similarity import normalise
 from acn.text.tokens import Tokenizer
 
 
@@ -67,8 +66,8 @@ class Fill:
     @cached_property
     def has_lines(self) -> bool:
         """Whether the fill makes a line: memory_items keeps the first memory whose text no served one holds."""
-        said = {normalise(m.content) for m in self._served}
-        return any(normalise(m.content) not in said for m in self.memories)
+        said = {folded_content(m) for m in self._served}
+        return any(folded_content(m) not in said for m in self.memories)
 
     @cached_property
     def items(self) -> list[Item]:

@@ -22,6 +22,7 @@ from acn.assembly.earlier import Place, archived_at, dated, from_other, kept_ear
 from acn.assembly.hops import gathered
 from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
 from acn.common.stored import memory_problem
+from acn.memory.lines import folded_content
 from acn.retrieval.hybrid_rank import (
     MAX_POOL,
     MIN_POOL,
@@ -38,7 +39,6 @@ from acn.text.byte_cache import TEXT_CACHE, text_bytes
 from acn.text.dates import normalise_date
 from acn.text.pleasantries import is_pleasantry
 from acn.text.query import resolve_back_reference
-from acn.text.similarity import normalise
 
 # How many archived messages focused mode considers when the request does not cap it: about as many as
 # the budget could show (a message line is rarely under 25 tokens), within these bounds.
@@ -197,10 +197,10 @@ def point_back(events: list[Ranked], turns: list[Ranked]) -> tuple[list[Ranked],
             by_turn.setdefault(at, []).append(index)
     kept = []
     for event in events:
-        folded = normalise(event.memory.content)
+        folded = folded_content(event.memory)
         at = place(event.memory)
         holder = next((i for i in (by_turn.get(at, []) if at is not None else [])
-                       if folded and folded in normalise(turns[i].memory.content)), None)
+                       if folded and folded in folded_content(turns[i].memory)), None)
         if holder is None:
             kept.append(event)
         elif event.score > turns[holder].score:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from acn.assembly.recall import readable
 from acn.common.models import Memory, Namespace
+from acn.memory.lines import folded_content
 from acn.services.deps import Deps
-from acn.text.similarity import normalise
 from acn.text.tokens import Tokenizer
 
 STANDING_KINDS = ["identity", "constraint", "preference", "decision"]
@@ -56,8 +56,8 @@ def as_messages(memories: list[Memory], namespace: Namespace, deps: Deps) -> lis
         by_turn.setdefault((message.turn_range or [-1])[0], []).append(message)
     served = []
     for memory in memories:
-        folded = normalise(memory.content)
+        folded = folded_content(memory)
         holder = next((m for m in by_turn.get((memory.turn_range or [-1])[0], [])
-                       if folded and folded in normalise(m.content)), None)
+                       if folded and folded in folded_content(m)), None)
         served.append(holder or memory)
     return list({m.id: m for m in served}.values())

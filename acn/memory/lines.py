@@ -126,6 +126,16 @@ def memory_line_cost(memory: Memory, language: str, tokenizer: Tokenizer) -> int
     return memory_line_parts(memory, language, tokenizer).cost
 
 
+def folded_content(memory: Memory) -> str:
+    """Return the memory's content folded (normalise), kept with the memory object while its content stays.
+
+    Assembly compares folded contents of the same candidates on every call (a fact against the message of its
+    turn, the fill against what was served); through the text cache, 32 chats at once pushed each other's out of
+    it and folded them again (issue 47)."""
+    content = memory.content
+    return remembered(memory, "folded", content, operator.is_, lambda: normalise(content))
+
+
 def _line_key(memory: Memory) -> tuple[object, ...]:
     """Return every field a memory's line is made of (source_tag, speaker_label and the content read no other)."""
     meta = memory.meta
@@ -136,7 +146,7 @@ def _line_key(memory: Memory) -> tuple[object, ...]:
 def _line_parts(memory: Memory, language: str, tokenizer: Tokenizer) -> LineParts:
     line, header = memory_line(memory, language)
     return LineParts(line, header, short_header(header, language), tokenizer.count(line) + 1,
-                     normalise(memory.content))
+                     folded_content(memory))
 
 
 def _render_line(memory: Memory, language: str) -> tuple[str, str]:
