@@ -7,6 +7,7 @@ import gc
 import operator
 
 from acn.assembly.layers import memory_items
+from acn.assembly.recall import unreadable_reason
 from acn.common.models import Memory
 from acn.common.row_memo import MEMO, Memo, kept_names, remembered
 from acn.common.stored import memory_problem
@@ -71,6 +72,18 @@ def test_a_folded_content_is_kept_and_follows_the_content() -> None:
     memory.content = "改成 200 元。"
     assert folded_content(memory) == "改成200元"
     assert memory_line_parts(memory, "zh", load_tokenizer()).folded == "改成200元"
+
+
+def test_a_rows_readability_is_kept_and_follows_its_kind_meta_and_stamps() -> None:
+    memory = message(part="2")  # a stored row whose reserved meta field is not an integer
+    assert unreadable_reason(memory).startswith("meta.part") and kept_names(memory) == ["unreadable"]
+    memory.kind = "fact"  # only an archived message is placed by it
+    assert unreadable_reason(memory) is None
+    memory.kind = "turn"
+    memory.meta = {"role": "user", "part": 2}
+    assert unreadable_reason(memory) is None
+    memory.updated_at = 10**15  # far in the future
+    assert unreadable_reason(memory).startswith("updated_at")
 
 
 def test_terms_and_checks_follow_the_content_and_stamps() -> None:

@@ -14,6 +14,7 @@ messages that match the input. Then:
 from __future__ import annotations
 
 import logging
+import operator
 import re
 from dataclasses import replace
 from typing import get_args
@@ -21,7 +22,8 @@ from typing import get_args
 from acn.assembly.earlier import Place, archived_at, dated, from_other, kept_earlier, place
 from acn.assembly.hops import gathered
 from acn.common.models import Memory, MemoryKind, Message, Namespace, meta_int, reserved_meta_error
-from acn.common.stored import memory_problem
+from acn.common.row_memo import remembered
+from acn.common.stored import checked_fields, first_problem
 from acn.memory.lines import folded_content
 from acn.retrieval.hybrid_rank import (
     MAX_POOL,
@@ -322,9 +324,16 @@ def unreadable_reason(memory: Memory) -> str | None:
     may hold one: readers skip them instead of failing the whole session. The same for a row whose stamps,
     version or turn numbers are outside what later arithmetic can hold (acn/common/stored.py).
     """
+    # One lookup a row (a call checks ~200 candidates and neighbours at turn 1,000 of a long chat, most of them
+    # several times): the check is kept with the row like memory_problem's, by the fields both read and the kind.
+    return remembered(memory, "unreadable", (memory.kind, *checked_fields(memory)), operator.eq,
+                      lambda: _unreadable_reason(memory))
+
+
+def _unreadable_reason(memory: Memory) -> str | None:
     if memory.kind == "turn" and (why := reserved_meta_error(memory.meta)) is not None:
         return why
-    return memory_problem(memory)
+    return first_problem(memory)
 
 
 def readable(memories: list[Memory]) -> list[Memory]:

@@ -78,12 +78,17 @@ def memory_problem(memory: Memory, now_ms: int | None = None) -> str | None:
     sessions' rows never push it out.
     """
     if now_ms is not None:
-        return _first_problem(memory, now_ms)
-    key = (memory.created_at, memory.updated_at, memory.valid_to, memory.version, memory.turn_range,
-           memory.source_ids, memory.meta, memory.history)
-    return remembered(memory, "problem", key, operator.eq, lambda: _first_problem(memory, None))
+        return first_problem(memory, now_ms)
+    return remembered(memory, "problem", checked_fields(memory), operator.eq, lambda: first_problem(memory, None))
 
 
-def _first_problem(memory: Memory, now_ms: int | None) -> str | None:
+def checked_fields(memory: Memory) -> tuple[Any, ...]:
+    """Return the fields memory_problems reads (what a remembered check is kept by)."""
+    return (memory.created_at, memory.updated_at, memory.valid_to, memory.version, memory.turn_range,
+            memory.source_ids, memory.meta, memory.history)
+
+
+def first_problem(memory: Memory, now_ms: int | None = None) -> str | None:
+    """Return the first problem of a stored memory as "field: why" (worked out now: see memory_problem)."""
     problems = memory_problems(memory, now_ms)
     return f"{problems[0][0]} {problems[0][1]}" if problems else None
