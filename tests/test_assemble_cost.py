@@ -24,7 +24,7 @@ from acn.memory.archive import archive_new_turns
 from acn.server import create_app
 from acn.storage.database.base import Filter
 from acn.storage.database.lite import local_index
-from acn.storage.database.lite.dense_rows import unit_vector
+from acn.storage.database.lite.dense_rows import inner_products, unit_vector
 from acn.storage.database.lite.local_index import BUILT_ROWS, LocalIndex
 from acn.storage.database.lite.sizes import CACHED_BYTES
 from tests.conftest import make_settings, post
@@ -280,7 +280,7 @@ def test_a_filter_that_allows_every_row_scores_the_index_vectors_without_a_copy(
     matrix = np.asarray([unit_vector(vector, 16) for _, vector in rows], dtype=np.float32)  # as put keeps them
     copy = np.empty((len(rows) + 64, 16), dtype=np.float32)  # as gather_dense_rows copies the allowed rows
     copy[:len(rows)] = matrix[np.arange(len(rows))]
-    scores = copy[:len(rows)] @ unit_vector(query, 16)
+    scores = inner_products(copy[:len(rows)], unit_vector(query, 16))
     assert [(memory.id, score) for memory, score in found] == sorted(
         ((memory_id, float(scores[n])) for n, (memory_id, _) in enumerate(rows)), key=lambda hit: -hit[1])
     assert index._dense_rows is None

@@ -12,6 +12,7 @@ Its door is this module: the other rooms and the app's wiring import the names b
 from acn.storage.database.base import CollectionSpec, Filter, Hit, MemoryStore, Record
 from acn.storage.database.crypto import SnapshotCipher
 from acn.storage.database.kept import SHARED_KEPT, Kept
+from acn.storage.database.lite.dense_rows import dense_kernel
 from acn.storage.database.lite.held import HeldIndexes, held_page, held_rows, held_search, merged_hits
 from acn.storage.database.lite.index_loads import GroupKey
 from acn.storage.database.lite.index_rows import DISTINCT_FETCH
@@ -58,6 +59,7 @@ from acn.storage.database.sealed import RefusedStore, RowSealer, SealedStore, se
 from acn.storage.database.store_facts import check_encryption, read_fact, store_secret, write_fact
 
 __all__ = [
+    "dense_kernel",
     "CACHED_BYTES", "CACHED_INDEXES", "CACHED_INDEX_ROWS", "CACHED_POOLS", "CollectionSpec", "DISTINCT_FETCH",
     "EMBEDDED", "EMBEDDED_FIELD", "Filter", "GroupKey", "HeldIndexes", "Hit", "Kept", "MemoryStore", "MilvusStore",
     "NO_TURN", "OUTPUT_FIELDS", "QUERY_WINDOW", "READS", "ReadCache", "Record", "RefusedStore", "RowSealer",

@@ -27,7 +27,7 @@ import numpy as np
 
 from acn.common.models import Memory
 from acn.storage.database.base import Filter, Record
-from acn.storage.database.lite.dense_rows import DenseRows, dense_rows_of, unit_vector
+from acn.storage.database.lite.dense_rows import DenseRows, dense_rows_of, inner_products, unit_vector
 from acn.storage.database.lite.index_rows import (
     AS_STORED,
     AT,
@@ -285,7 +285,7 @@ class LocalIndex:
             allowed, vectors = self._allowed_vectors(where)
             if not len(allowed):
                 return []
-            scores = vectors @ query
+            scores = inner_products(vectors, query)
             if distinct:
                 top = distinct_top(allowed, scores, limit, self._text_ids)
                 at = np.searchsorted(allowed, top)  # allowed is ascending: where each picked slot's score is
