@@ -16,7 +16,8 @@ from acn.text.similarity import _normalise, normalise
 # folding grows (ß, ﬁ), an ideographic space, CJK and ASCII letters and digits.
 PIECES = ["订单号", "金额", "T335152", "2024-08-28", "ABC", "abc", "；", ";", "，", ",", "|", " | ", "\n", "：", "。",
           "（", "）", " ", "\u3000", "e", "\u0301", "\u0327", "\u1100", "\u1161", "\u11a8", "가", "ß", "ﬁ", "Σ", "ς",
-          "①", "Ⅻ", "ｱ", "ﾞ", "ｶ", "Å", "\u212b", "_", "😀", "x²", "½"]
+          "①", "Ⅻ", "ｱ", "ﾞ", "ｶ", "Å", "\u212b", "_", "😀", "x²", "½",
+          "！", "？", "!", "?", "]", "】", "」", "”", "。\n", ")\r\n", "完毕。\n[来自记忆 · 第12轮] 助手: "]
 
 
 @settings(max_examples=400, deadline=None)

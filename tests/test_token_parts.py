@@ -18,7 +18,8 @@ from acn.text.tokens import Tokenizer, load_tokenizer
 PIECES = ["的", "订单号", "金额", "元", "T335152", "2024-08-28", "138 0013 8000", "12345678", "hello", "World",
           "'s", "'ll", "n't", "；", ";", "; ", "；\n", "，", ",", "。", ".", "|", " | ", ": ", "：", "（", "）", "(",
           ")", "[摘要 第1-354轮]", " ", "  ", "\t", "\n", "\n\n", "\r\n", " \n", "\u3000", "😀", "e\u0301", "é",
-          "Привет", "한국어", "=", "x=1", "…", "-", "_", "'"]
+          "Привет", "한국어", "=", "x=1", "…", "-", "_", "'",
+          "！", "？", "!", "?", "]", "】", "」", "”", "。\n", ")\r\n", "完毕。\n[来自记忆 · 第12轮] 助手: "]
 
 
 def whole(tokenizer: Tokenizer, text: str) -> int:
@@ -61,6 +62,20 @@ def test_a_text_that_changes_at_its_end_encodes_only_its_new_part(tokenizer: Tok
     longer = text + "\n第60轮：新的一行 12 元"
     assert counting.count(longer) == whole(tokenizer, longer)
     assert counting._cached_count.cache_info().misses == 61  # only the new line was encoded
+
+
+def test_lines_that_end_in_punctuation_are_counted_alone_whatever_comes_next(tokenizer: Tokenizer) -> None:
+    # A context's memory lines end in '。' (an answer) and change from turn to turn (which memories fit): cut only
+    # before a comma, each part held one line's tail and the next one's head, new whenever a line left.
+    lines = [f"[来自记忆 · 第{t}轮] 助手: 已为您登记工单 T{600000 + t}，预计 {t % 12 + 1}月{t % 28 + 1}日 前处理完毕。"
+             for t in range(40)]
+    counting = Tokenizer(tokenizer.encoding, tokenizer.name)
+    text = "\n".join(lines)
+    assert counting.count(text) == whole(tokenizer, text)
+    encoded = counting._cached_count.cache_info().misses
+    fewer = "\n".join(lines[:12] + lines[13:30] + lines[31:])  # two lines left out
+    assert counting.count(fewer) == whole(tokenizer, fewer)
+    assert counting._cached_count.cache_info().misses == encoded  # every part was met before
 
 
 def test_a_long_text_counted_again_is_not_cut_again(tokenizer: Tokenizer) -> None:
