@@ -59,14 +59,13 @@ from acn.storage.database.sealed import RefusedStore, RowSealer, SealedStore, se
 from acn.storage.database.store_facts import check_encryption, read_fact, store_secret, write_fact
 
 __all__ = [
-    "dense_kernel",
     "CACHED_BYTES", "CACHED_INDEXES", "CACHED_INDEX_ROWS", "CACHED_POOLS", "CollectionSpec", "DISTINCT_FETCH",
     "EMBEDDED", "EMBEDDED_FIELD", "Filter", "GroupKey", "HeldIndexes", "Hit", "Kept", "MemoryStore", "MilvusStore",
     "NO_TURN", "OUTPUT_FIELDS", "QUERY_WINDOW", "READS", "ReadCache", "Record", "RefusedStore", "RowSealer",
     "SCOPED_ID_CHARS", "SHARED_KEPT", "Scored", "SealedStore", "SnapshotCipher", "Stamp", "check_encryption",
-    "client_id", "every_row", "from_record", "group_filter", "group_turns_user", "group_user", "held_page",
-    "held_rows", "held_search", "kinds_filter", "lite_stored_rows", "live_filter", "memory_spec", "merged_hits",
-    "namespace_filter",
+    "client_id", "dense_kernel", "every_row", "from_record", "group_filter", "group_turns_user", "group_user",
+    "held_page", "held_rows", "held_search", "kinds_filter", "lite_stored_rows", "live_filter", "memory_spec",
+    "merged_hits", "namespace_filter",
     "new_memory_id", "one_per_text", "open_store", "pending_vector", "read_fact", "scope_filter", "sealing_problem",
     "session_filter", "share_segmentation", "store_secret", "stored_id", "stored_ids", "tenant_filter", "to_record",
     "user_filter", "user_group", "user_turns_group", "warm_insert_checks", "with_client_id", "write_fact",
